@@ -1,0 +1,3 @@
+"""Websocket URL patterns of every app, mounted by config.asgi."""
+
+websocket_urlpatterns: list = []

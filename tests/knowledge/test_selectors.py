@@ -1,0 +1,153 @@
+import numpy as np
+import pytest
+from django.contrib.auth.models import AnonymousUser
+from django.http import Http404
+
+from knowledge.models import Role
+from knowledge.selectors import (
+    chunks_nearest,
+    entities_nearest,
+    entity_degrees,
+    relation_ranks,
+    relations_nearest,
+    workspace_for_user,
+)
+from knowledge.services import workspace_refresh_counts
+from tests.factories import (
+    make_chunk,
+    make_document,
+    make_entity,
+    make_relation,
+    make_user,
+    make_workspace,
+    random_vector,
+)
+
+
+@pytest.fixture
+def star(workspace):
+    """hub - a, hub - b, hub - c, a - b; d isolated."""
+    hub, a, b, c, d = (make_entity(workspace, name) for name in ["Hub", "A", "B", "C", "D"])
+    relations = {
+        "hub-a": make_relation(hub, a, weight=1),
+        "hub-b": make_relation(hub, b, weight=2),
+        "hub-c": make_relation(hub, c, weight=3),
+        "a-b": make_relation(a, b, weight=4),
+    }
+    return {"hub": hub, "a": a, "b": b, "c": c, "d": d}, relations
+
+
+def test_it_computes_degrees_in_one_query(star, django_assert_num_queries):
+    entities, _ = star
+
+    with django_assert_num_queries(1):
+        degrees = entity_degrees(entity_ids=[entity.pk for entity in entities.values()])
+
+    assert degrees == {
+        entities["hub"].pk: 3,
+        entities["a"].pk: 2,
+        entities["b"].pk: 2,
+        entities["c"].pk: 1,
+        entities["d"].pk: 0,
+    }
+
+
+def test_it_ranks_edges_by_the_sum_of_endpoint_degrees_in_one_query(star, django_assert_num_queries):
+    _, relations = star
+
+    with django_assert_num_queries(1):
+        ranks = relation_ranks(relation_ids=[relation.pk for relation in relations.values()])
+
+    assert ranks == {
+        relations["hub-a"].pk: 5,
+        relations["hub-b"].pk: 5,
+        relations["hub-c"].pk: 4,
+        relations["a-b"].pk: 4,
+    }
+
+
+def test_it_does_not_count_relations_of_other_entities(star, django_assert_num_queries):
+    entities, _ = star
+    other = make_workspace()
+    make_relation(make_entity(other, "X"), make_entity(other, "Y"))
+
+    assert entity_degrees(entity_ids=[entities["c"].pk]) == {entities["c"].pk: 1}
+
+
+def _fill_ten_workspaces(rng):
+    """Ten workspaces with entities, relations and chunks; returns them with their vectors."""
+    workspaces = []
+    for index in range(10):
+        workspace = make_workspace(slug=f"vec-{index}")
+        document = make_document(workspace)
+        entities = [make_entity(workspace, f"E{index}-{n}", embedding=random_vector(rng)) for n in range(30)]
+        for n in range(29):
+            make_relation(entities[n], entities[n + 1], embedding=random_vector(rng))
+        for n in range(30):
+            make_chunk(document, order=n, embedding=random_vector(rng))
+        workspace_refresh_counts(workspace_id=workspace.pk)
+        workspace.refresh_from_db()
+        workspaces.append(workspace)
+    return workspaces
+
+
+def _true_nearest(rows, query, k):
+    matrix = np.array([row.embedding for row in rows])
+    order = np.argsort(-(matrix @ np.array(query)), kind="stable")[:k]
+    return [rows[i].pk for i in order]
+
+
+@pytest.mark.parametrize("exact_scan_max", [1_000_000, 0], ids=["exact-scan", "hnsw"])
+@pytest.mark.parametrize(
+    ("selector", "rows_of"),
+    [
+        (entities_nearest, lambda ws: list(ws.entities.all())),
+        (relations_nearest, lambda ws: list(ws.relations.all())),
+        (chunks_nearest, lambda ws: list(ws.chunks.all())),
+    ],
+    ids=["entities", "relations", "chunks"],
+)
+def test_it_finds_the_true_nearest_rows_of_one_workspace_among_ten(
+    db, settings, selector, rows_of, exact_scan_max, django_assert_num_queries
+):
+    settings.VECTOR_EXACT_SCAN_MAX = exact_scan_max
+    rng = np.random.default_rng(7)
+    workspaces = _fill_ten_workspaces(rng)
+    target = workspaces[3]
+    query = random_vector(rng)
+
+    with django_assert_num_queries(1):
+        found = selector(workspace=target, vector=query, k=5)
+
+    assert {row.workspace_id for row in found} == {target.pk}
+    assert [row.pk for row in found] == _true_nearest(rows_of(target), query, 5)
+    assert found[0].distance <= found[-1].distance
+
+
+def test_it_drops_rows_below_the_similarity_floor(workspace):
+    rng = np.random.default_rng(1)
+    near = random_vector(rng)
+    make_entity(workspace, "Near", embedding=near)
+    make_entity(workspace, "Far", embedding=[-x for x in near])
+
+    found = entities_nearest(workspace=workspace, vector=near, k=10, min_similarity=0.5)
+
+    assert [entity.name for entity in found] == ["Near"]
+
+
+def test_it_gives_a_workspace_only_to_members_with_the_role(workspace, owner):
+    viewer, stranger = make_user(), make_user()
+    make_workspace(slug="elsewhere", members={stranger: Role.OWNER})
+    workspace.memberships.create(user=viewer, role=Role.VIEWER)
+
+    assert workspace_for_user(owner, "acme", Role.OWNER) == workspace
+    assert workspace_for_user(viewer, "acme").role == Role.VIEWER
+    for user, slug, role in [
+        (viewer, "acme", Role.EDITOR),
+        (stranger, "acme", Role.VIEWER),
+        (AnonymousUser(), "acme", Role.VIEWER),
+        (owner, "missing", Role.VIEWER),
+        (owner, "elsewhere", Role.VIEWER),
+    ]:
+        with pytest.raises(Http404):
+            workspace_for_user(user, slug, role)
