@@ -313,3 +313,119 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# --- Evaluation (issue 7): question sets, runs of two systems, judged answers ----------------
+
+
+class EvaluationSet(models.Model):
+    """Questions imagined for a workspace's corpus, answered and judged by evaluation runs."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evaluation_sets")
+    name = models.CharField(max_length=200)
+    corpus_description = models.TextField(blank=True)
+    generation = models.JSONField(
+        default=dict, blank=True, help_text="How the questions were made: model, counts, usage."
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="evaluationset_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EvaluationQuestion(models.Model):
+    evaluation_set = models.ForeignKey(EvaluationSet, on_delete=models.CASCADE, related_name="questions")
+    order = models.PositiveIntegerField(default=0)
+    persona = models.CharField(max_length=500, blank=True, help_text="The imagined user who asks.")
+    task = models.CharField(max_length=500, blank=True, help_text="The task the user is working on.")
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["evaluation_set_id", "order", "id"]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class EvaluationRun(models.Model):
+    """Two systems answering one evaluation set, every pair judged twice with the order swapped."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evaluation_runs")
+    evaluation_set = models.ForeignKey(EvaluationSet, on_delete=models.CASCADE, related_name="runs")
+    system_a = models.CharField(max_length=20)
+    system_b = models.CharField(max_length=20)
+    answer_model = models.CharField(max_length=200, blank=True)
+    judge_model = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    error = models.TextField(blank=True)
+    summary = models.JSONField(default=dict, blank=True, help_text="Win rates per criterion and cost per system.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.system_a} vs {self.system_b} on {self.evaluation_set_id}"
+
+
+class EvaluationAnswer(models.Model):
+    """One system's answer to one question, with what it cost."""
+
+    run = models.ForeignKey(EvaluationRun, on_delete=models.CASCADE, related_name="answers")
+    question = models.ForeignKey(EvaluationQuestion, on_delete=models.CASCADE, related_name="answers")
+    system = models.CharField(max_length=20)
+    text = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    context_tokens = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    retrieval_stats = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "question", "system"], name="evaluationanswer_unique_system")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.system} on question {self.question_id}"
+
+
+class EvaluationJudgement(models.Model):
+    """One judge call. `verdicts` is already mapped back from answer positions to systems."""
+
+    class Order(models.TextChoices):
+        A_FIRST = "ab", "A shown first"
+        B_FIRST = "ba", "B shown first"
+
+    run = models.ForeignKey(EvaluationRun, on_delete=models.CASCADE, related_name="judgements")
+    question = models.ForeignKey(EvaluationQuestion, on_delete=models.CASCADE, related_name="judgements")
+    order = models.CharField(max_length=2, choices=Order.choices)
+    raw = models.TextField(blank=True, help_text="The judge's reply as received.")
+    verdicts = models.JSONField(
+        default=dict, blank=True, help_text='Per criterion: {"winner": "a" | "b", "reason": "..."}.'
+    )
+    error = models.TextField(blank=True, help_text="Why (part of) the reply could not be read.")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "question", "order"], name="evaluationjudgement_unique_order")
+        ]
+
+    def __str__(self) -> str:
+        return f"judgement {self.order} of question {self.question_id}"
