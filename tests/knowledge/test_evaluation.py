@@ -2,11 +2,12 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from knowledge.evaluation.judging import parse_verdict, verdicts_for_systems, win_rates
 from knowledge.evaluation.questions import EvaluationError, evaluation_set_generate, parse_list
 from knowledge.models import EvaluationSet
-from tests.factories import make_chunk, make_document, make_entity
+from tests.factories import make_chunk, make_document, make_entity, make_user
 
 
 def verdict(**winners) -> str:
@@ -193,3 +194,30 @@ def test_it_generates_a_named_set_through_the_command(corpus, openai_double, cap
     assert "Stored 12 questions as evaluation set 'harbour'" in capsys.readouterr().out
     with pytest.raises(CommandError, match="already has an evaluation set named 'harbour'"):
         call_command("generate_questions", workspace="acme", name="harbour")
+
+
+def test_it_lets_an_admin_edit_the_questions_of_a_set(client, workspace):
+    evaluation_set = EvaluationSet.objects.create(workspace=workspace, name="harbour")
+    question = evaluation_set.questions.create(order=0, text="What drives the harbour's growth?")
+    client.force_login(make_user("root", is_staff=True, is_superuser=True))
+    url = reverse("admin:knowledge_evaluationset_change", args=[evaluation_set.pk])
+    page = client.get(url)
+    assert page.status_code == 200
+    assert b"What drives the harbour" in page.content
+    form = {
+        "workspace": workspace.pk,
+        "name": "harbour",
+        "corpus_description": "",
+        "questions-TOTAL_FORMS": 1,
+        "questions-INITIAL_FORMS": 1,
+        "questions-0-id": question.pk,
+        "questions-0-evaluation_set": evaluation_set.pk,
+        "questions-0-order": 0,
+        "questions-0-text": "How has the harbour changed since 1990?",
+    }
+
+    response = client.post(url, form)
+
+    assert response.status_code == 302
+    question.refresh_from_db()
+    assert question.text == "How has the harbour changed since 1990?"
