@@ -13,7 +13,9 @@ _seq = itertools.count(1)
 
 def make_user(username: str | None = None, password: str = "pw-for-tests-1", **extra):
     username = username or f"user{next(_seq)}"
-    return get_user_model().objects.create_user(username=username, password=password, email=f"{username}@example.com", **extra)
+    return get_user_model().objects.create_user(
+        username=username, password=password, email=f"{username}@example.com", **extra
+    )
 
 
 def make_workspace(*, slug: str | None = None, members: dict | None = None, **extra) -> Workspace:
