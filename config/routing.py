@@ -1,3 +1,5 @@
 """Websocket URL patterns of every app, mounted by config.asgi."""
 
-websocket_urlpatterns: list = []
+from knowledge.routing import websocket_urlpatterns as knowledge_websockets
+
+websocket_urlpatterns: list = [*knowledge_websockets]

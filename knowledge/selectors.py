@@ -3,12 +3,12 @@
 from collections.abc import Iterable, Sequence
 
 from django.conf import settings
-from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
 from pgvector.django import CosineDistance
 
-from knowledge.models import ROLE_RANK, Chunk, Entity, Relation, Role, Workspace
+from knowledge.models import ROLE_RANK, Chunk, Entity, EntitySource, Relation, Role, Workspace
 
 
 def roles_at_least(min_role: str) -> list[str]:
@@ -130,3 +130,90 @@ def chunks_nearest(
         k=k,
         min_similarity=min_similarity,
     )
+
+
+def _document_count() -> Coalesce:
+    rows = (
+        EntitySource.objects.filter(entity=OuterRef("pk"))
+        .order_by()
+        .values("entity")
+        .annotate(n=Count("chunk__document", distinct=True))
+        .values("n")
+    )
+    return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
+
+
+ENTITY_ORDERINGS = {
+    "degree": ("-degree", "name", "pk"),
+    "name": ("name", "pk"),
+    "documents": ("-document_count", "name", "pk"),
+}
+
+
+def entities_browse(
+    *, workspace: Workspace, query: str = "", type: str = "", order: str = "degree"
+) -> QuerySet[Entity]:
+    """The workspace's entities for the graph browser, each with `degree` and `document_count`."""
+    entities = Entity.objects.filter(workspace=workspace)
+    if query:
+        entities = entities.filter(Q(name__icontains=query) | Q(aliases__name__icontains=query)).distinct()
+    if type:
+        entities = entities.filter(type=type)
+    entities = entities.annotate(degree=_degree_of("pk"), document_count=_document_count())
+    return entities.order_by(*ENTITY_ORDERINGS.get(order, ENTITY_ORDERINGS["degree"])).defer("embedding")
+
+
+def entity_types_in(*, workspace: Workspace) -> list[str]:
+    rows = Entity.objects.filter(workspace=workspace).exclude(type="").order_by().values("type").annotate(n=Count("*"))
+    return [row["type"] for row in rows.order_by("-n", "type")]
+
+
+def relations_of_entity(*, entity: Entity) -> list[Relation]:
+    """The entity's relations, strongest first, each with `other` (the entity at the far end)."""
+    relations = list(
+        Relation.objects.filter(Q(source=entity) | Q(target=entity))
+        .select_related("source", "target")
+        .defer("embedding", "source__embedding", "target__embedding")
+        .order_by("-weight", "pk")
+    )
+    for relation in relations:
+        relation.other = relation.target if relation.source_id == entity.pk else relation.source
+    return relations
+
+
+def entity_provenance(*, entity: Entity) -> QuerySet[EntitySource]:
+    return (
+        EntitySource.objects.filter(entity=entity)
+        .select_related("chunk__document")
+        .defer("chunk__embedding", "chunk__document__text")
+        .order_by("chunk__document__title", "chunk__document_id", "chunk__order")
+    )
+
+
+def graph_top(*, workspace: Workspace, limit: int) -> dict:
+    """The `limit` best-connected entities and the relations among them, shaped for Cytoscape."""
+    top = list(
+        Entity.objects.filter(workspace=workspace)
+        .annotate(degree=_degree_of("pk"))
+        .order_by("-degree", "name", "pk")
+        .values("pk", "name", "type", "degree")[:limit]
+    )
+    ids = [row["pk"] for row in top]
+    edges = Relation.objects.filter(workspace=workspace, source__in=ids, target__in=ids).values(
+        "pk", "source_id", "target_id", "weight", "keywords"
+    )
+    return {
+        "nodes": [
+            {"id": str(row["pk"]), "label": row["name"], "type": row["type"], "degree": row["degree"]} for row in top
+        ],
+        "edges": [
+            {
+                "id": f"r{row['pk']}",
+                "source": str(row["source_id"]),
+                "target": str(row["target_id"]),
+                "weight": row["weight"],
+                "keywords": row["keywords"],
+            }
+            for row in edges
+        ],
+    }

@@ -1,10 +1,349 @@
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge.selectors import workspaces_for_user
+from knowledge import llm, selectors, services
+from knowledge.forms import (
+    MemberAddForm,
+    MemberRoleForm,
+    UploadForm,
+    WorkspaceCreateForm,
+    WorkspaceSettingsForm,
+    upload_limit_bytes,
+)
+from knowledge.models import ROLE_RANK, Document, Membership, Role, Workspace
+
+ENTITIES_PER_PAGE = 50
+DOCUMENTS_PER_PAGE = 100
+GRAPH_DEFAULT_NODES = 300
+GRAPH_MAX_NODES = 2000
+
+
+def _workspace(request, slug: str, min_role: str = Role.VIEWER) -> Workspace:
+    """The workspace for this user: 404 for non-members, 403 for members whose role is too low
+    (they already know the workspace exists, so saying "not allowed" leaks nothing)."""
+    workspace = selectors.workspace_for_user(request.user, slug)
+    if ROLE_RANK[workspace.role] < ROLE_RANK[min_role]:
+        raise PermissionDenied(f"This needs the {min_role} role in {workspace.name}.")
+    return workspace
+
+
+def _can(workspace: Workspace, role: str) -> bool:
+    return ROLE_RANK[workspace.role] >= ROLE_RANK[role]
+
+
+def _context(workspace: Workspace, **extra) -> dict:
+    return {
+        "workspace": workspace,
+        "upload_max_mb": settings.UPLOAD_MAX_MB,
+        "can_edit": _can(workspace, Role.EDITOR),
+        "is_owner": _can(workspace, Role.OWNER),
+        **extra,
+    }
 
 
 @login_required
 def home(request):
-    workspaces = workspaces_for_user(request.user).order_by("name")
+    workspaces = selectors.workspaces_for_user(request.user).order_by("name")
     return render(request, "knowledge/home.html", {"workspaces": workspaces})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def workspace_new(request):
+    form = WorkspaceCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            workspace = services.workspace_create(user=request.user, **form.cleaned_data)
+        except services.MembershipError as err:
+            form.add_error(None, str(err))
+        else:
+            messages.success(request, f"Created {workspace.name}. Upload documents to build its graph.")
+            return redirect("knowledge:workspace", slug=workspace.slug)
+    return render(request, "knowledge/workspace_new.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@login_required
+@require_GET
+def workspace(request, slug):
+    workspace = _workspace(request, slug)
+    statuses = dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+    context = _context(
+        workspace,
+        statuses=[(label, statuses.get(value, 0)) for value, label in Document.Status.choices],
+        document_total=sum(statuses.values()),
+        engine=llm.engine_description(),
+        member_count=workspace.memberships.count(),
+        recent_documents=workspace.documents.defer("text")[:5],
+    )
+    return render(request, "knowledge/workspace.html", context)
+
+
+@login_required
+@require_GET
+def documents(request, slug):
+    workspace = _workspace(request, slug)
+    page = Paginator(workspace.documents.defer("text"), DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "knowledge/documents.html", _context(workspace, page=page))
+
+
+def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, str]:
+    try:
+        document = services.document_create(workspace=workspace, user=request.user, filename=filename, **content)
+    except services.DocumentRejected as err:
+        return "error", f"{filename}: {err}"
+    return "success", f"{filename}: queued as “{document.title}”."
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request, slug):
+    workspace = _workspace(request, slug, Role.EDITOR)
+    form = UploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        limit, results = upload_limit_bytes(), []
+        for uploaded in form.cleaned_data["files"]:
+            # Checked before reading, so an oversized file is never parsed or stored.
+            if uploaded.size > limit:
+                results.append(("error", f"{uploaded.name}: larger than the {limit // 2**20} MB upload limit."))
+            else:
+                results.append(_upload_one(request, workspace, filename=uploaded.name, data=uploaded.read()))
+        text = form.cleaned_data["text"]
+        if text.strip():
+            title = form.cleaned_data["title"].strip() or None
+            name = title or "Pasted text"
+            if len(text.encode()) > limit:
+                results.append(("error", f"{name}: larger than the {limit // 2**20} MB upload limit."))
+            else:
+                results.append(_upload_one(request, workspace, filename=name, text=text, title=title))
+        for level, message in results:
+            getattr(messages, level)(request, message)
+        if all(level == "success" for level, _ in results):
+            return redirect("knowledge:documents", slug=workspace.slug)
+        return render(request, "knowledge/upload.html", _context(workspace, form=UploadForm(), results=results))
+    status = 400 if form.errors else 200
+    return render(request, "knowledge/upload.html", _context(workspace, form=form), status=status)
+
+
+def _document(workspace: Workspace, pk: int) -> Document:
+    return get_object_or_404(workspace.documents, pk=pk)
+
+
+@login_required
+@require_GET
+def document(request, slug, pk):
+    workspace = _workspace(request, slug)
+    document = _document(workspace, pk)
+    chunk = None
+    if request.GET.get("chunk", "").isdigit():
+        chunk = document.chunks.defer("embedding").filter(pk=int(request.GET["chunk"])).first()
+    text = document.text
+    if chunk is not None:
+        parts = (text[: chunk.char_start], text[chunk.char_start : chunk.char_end], text[chunk.char_end :])
+    else:
+        parts = (text, "", "")
+    context = _context(workspace, document=document, chunk=chunk, before=parts[0], marked=parts[1], after=parts[2])
+    context["chunk_count"] = document.chunks.count()
+    return render(request, "knowledge/document.html", context)
+
+
+@login_required
+@require_POST
+def document_retry(request, slug, pk):
+    workspace = _workspace(request, slug, Role.EDITOR)
+    document = _document(workspace, pk)
+    if document.status != Document.Status.FAILED:
+        messages.error(request, f"“{document.title}” has not failed; only failed documents can be retried.")
+    else:
+        services.document_retry(document=document)
+        document.refresh_from_db()
+        messages.success(request, f"“{document.title}” is queued again.")
+    if request.htmx:
+        return render(request, "knowledge/_document_row.html", _context(workspace, doc=document))
+    return redirect("knowledge:documents", slug=workspace.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def document_delete(request, slug, pk):
+    workspace = _workspace(request, slug, Role.EDITOR)
+    document = _document(workspace, pk)
+    if request.method == "POST":
+        services.document_delete(document=document, actor=request.user)
+        messages.success(request, f"Deleted “{document.title}” and what the graph learned only from it.")
+        return redirect("knowledge:documents", slug=workspace.slug)
+    return render(request, "knowledge/document_delete.html", _context(workspace, document=document))
+
+
+@login_required
+@require_GET
+def entities(request, slug):
+    workspace = _workspace(request, slug)
+    query, type_, order = (request.GET.get(name, "").strip() for name in ("q", "type", "order"))
+    rows = selectors.entities_browse(workspace=workspace, query=query, type=type_, order=order or "degree")
+    page = Paginator(rows, ENTITIES_PER_PAGE).get_page(request.GET.get("page"))
+    context = _context(
+        workspace,
+        page=page,
+        query=query,
+        type=type_,
+        order=order or "degree",
+        types=selectors.entity_types_in(workspace=workspace),
+    )
+    template = "knowledge/_entity_table.html" if request.htmx else "knowledge/entities.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+def entity(request, slug, pk):
+    workspace = _workspace(request, slug)
+    entity = get_object_or_404(workspace.entities.defer("embedding"), pk=pk)
+    context = _context(
+        workspace,
+        entity=entity,
+        relations=selectors.relations_of_entity(entity=entity),
+        provenance=selectors.entity_provenance(entity=entity),
+        aliases=entity.aliases.order_by("name"),
+    )
+    return render(request, "knowledge/entity.html", context)
+
+
+def _graph_limit(request) -> int:
+    try:
+        limit = int(request.GET.get("limit", GRAPH_DEFAULT_NODES))
+    except ValueError:
+        return GRAPH_DEFAULT_NODES
+    return max(1, min(limit, GRAPH_MAX_NODES))
+
+
+@login_required
+@require_GET
+def graph(request, slug):
+    workspace = _workspace(request, slug)
+    context = _context(workspace, limit=_graph_limit(request), max_nodes=GRAPH_MAX_NODES)
+    return render(request, "knowledge/graph.html", context)
+
+
+@login_required
+@require_GET
+def graph_json(request, slug):
+    workspace = _workspace(request, slug)
+    return JsonResponse(selectors.graph_top(workspace=workspace, limit=_graph_limit(request)))
+
+
+@login_required
+@require_GET
+def members(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    return _members_page(request, workspace, MemberAddForm())
+
+
+def _members_page(request, workspace, form, status=200) -> HttpResponse:
+    memberships = workspace.memberships.select_related("user").order_by("user__username")
+    context = _context(workspace, form=form, memberships=memberships, roles=Role.choices)
+    return render(request, "knowledge/members.html", context, status=status)
+
+
+@login_required
+@require_POST
+def member_add(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = services.membership_add(workspace=workspace, actor=request.user, **form.cleaned_data)
+        except services.MembershipError as err:
+            form.add_error("identifier", str(err))
+        else:
+            messages.success(request, f"Added {membership.user.get_username()} as {membership.role}.")
+            return redirect("knowledge:members", slug=workspace.slug)
+    return _members_page(request, workspace, form, status=400)
+
+
+def _membership(workspace, pk) -> Membership:
+    return get_object_or_404(workspace.memberships.select_related("user"), pk=pk)
+
+
+@login_required
+@require_POST
+def member_role(request, slug, pk):
+    workspace = _workspace(request, slug, Role.OWNER)
+    membership = _membership(workspace, pk)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose viewer, editor or owner.")
+    else:
+        try:
+            membership = services.membership_set_role(
+                membership=membership, actor=request.user, role=form.cleaned_data["role"]
+            )
+        except services.MembershipError as err:
+            messages.error(request, str(err))
+        else:
+            messages.success(request, f"{membership.user.get_username()} is now {membership.role}.")
+    return redirect("knowledge:members", slug=workspace.slug)
+
+
+@login_required
+@require_POST
+def member_remove(request, slug, pk):
+    """Owners remove anyone; every member may remove themselves (leave)."""
+    workspace = _workspace(request, slug)
+    membership = _membership(workspace, pk)
+    leaving = membership.user_id == request.user.pk
+    if not leaving and not _can(workspace, Role.OWNER):
+        raise PermissionDenied("Only owners can remove other members.")
+    try:
+        services.membership_remove(membership=membership, actor=request.user)
+    except services.MembershipError as err:
+        messages.error(request, str(err))
+        return redirect("knowledge:members" if _can(workspace, Role.OWNER) else "knowledge:workspace", slug=slug)
+    if leaving:
+        messages.success(request, f"You left {workspace.name}.")
+        return redirect("home")
+    messages.success(request, f"Removed {membership.user.get_username()}.")
+    return redirect("knowledge:members", slug=workspace.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def workspace_settings(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    form = WorkspaceSettingsForm(request.POST or None, instance=Workspace.objects.get(pk=workspace.pk))
+    if request.method == "POST" and form.is_valid():
+        services.workspace_update(workspace=workspace, actor=request.user, **form.cleaned_data)
+        messages.success(request, "Settings saved. They apply to documents ingested from now on.")
+        return redirect("knowledge:settings", slug=workspace.slug)
+    status = 400 if form.errors else 200
+    return render(request, "knowledge/settings.html", _context(workspace, form=form), status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def workspace_delete(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    if request.method == "POST":
+        if request.POST.get("confirm_name", "").strip() != workspace.name:
+            messages.error(request, "Type the workspace's name exactly to delete it.")
+            return redirect("knowledge:workspace_delete", slug=workspace.slug)
+        services.workspace_delete(workspace=workspace, actor=request.user)
+        messages.success(request, f"Deleted the workspace {workspace.name}.")
+        return redirect("home")
+    context = _context(workspace, document_total=workspace.documents.count())
+    return render(request, "knowledge/workspace_delete.html", context)
+
+
+@login_required
+@require_GET
+def audit(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    events = workspace.audit_events.select_related("actor")
+    page = Paginator(events, 100).get_page(request.GET.get("page"))
+    return render(request, "knowledge/audit.html", _context(workspace, page=page))

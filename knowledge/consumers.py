@@ -1,0 +1,61 @@
+"""The workspace events socket: keeps an open document list current while the worker ingests.
+
+The ingestion pipeline publishes `document.progress` to the workspace's group; each event
+becomes an htmx out-of-band swap of that document's row, which htmx-ext-ws applies.
+"""
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import Http404
+from django.template.loader import render_to_string
+
+from knowledge.models import ROLE_RANK, Role
+from knowledge.selectors import workspace_for_user
+
+CLOSE_NOT_LOGGED_IN = 4401
+CLOSE_NOT_A_MEMBER = 4403
+
+
+class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
+    group = None
+
+    async def connect(self):
+        # Accept before closing: a refused handshake reaches the browser as a bare 1006,
+        # while a close frame carries the code.
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_LOGGED_IN)
+            return
+        try:
+            self.workspace = await database_sync_to_async(workspace_for_user)(
+                user, self.scope["url_route"]["kwargs"]["slug"]
+            )
+        except Http404:
+            await self.close(code=CLOSE_NOT_A_MEMBER)
+            return
+        self.group = f"workspace-{self.workspace.pk}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+
+    async def disconnect(self, code):
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        """The socket only listens; htmx-ext-ws sends nothing unless a form asks it to."""
+
+    async def document_progress(self, event):
+        # Rendered from the event alone: no query per event per open page.
+        html = render_to_string(
+            "knowledge/_document_row.html",
+            {
+                "doc": event["document"],
+                "workspace": self.workspace,
+                "can_edit": ROLE_RANK[self.workspace.role] >= ROLE_RANK[Role.EDITOR],
+                "oob": True,
+            },
+        )
+        await self.send(text_data=html)
+
+    async def document_deleted(self, event):
+        await self.send(text_data=f'<tr id="document-{int(event["document"]["id"])}" hx-swap-oob="delete"></tr>')
