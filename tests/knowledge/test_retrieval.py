@@ -1,0 +1,296 @@
+import math
+import re
+
+import pytest
+from django.conf import settings
+
+from knowledge.llm import embed
+from knowledge.models import EntitySource, RelationSource
+from knowledge.retrieval import (
+    MODES,
+    Budgets,
+    Keywords,
+    QueryVectors,
+    nlp_keywords,
+    parse_keywords,
+    retrieve,
+)
+from knowledge.services import workspace_refresh_counts
+from tests.factories import make_chunk, make_document, make_entity, make_relation, make_workspace
+
+LOW, HIGH, QUESTION, ELSEWHERE = 0, 1, 2, 3
+
+
+def leaning(axis: int, similarity: float, *, away: int = ELSEWHERE) -> list[float]:
+    """A unit vector whose cosine with the `axis` basis vector is `similarity`."""
+    vector = [0.0] * settings.EMBEDDING_DIM
+    vector[axis] = similarity
+    vector[away] = math.sqrt(1 - similarity**2)
+    return vector
+
+
+def axis(index: int) -> list[float]:
+    return leaning(index, 1.0)
+
+
+VECTORS = QueryVectors(low_level=axis(LOW), high_level=axis(HIGH), question=axis(QUESTION))
+KEYWORDS = Keywords(high_level=("collaboration",), low_level=("Alice", "Bob"))
+
+
+def ask(workspace, mode="mix", **options):
+    options.setdefault("keywords", KEYWORDS)
+    options.setdefault("vectors", VECTORS)
+    return retrieve(workspace=workspace, question="Who works with whom?", mode=mode, **options)
+
+
+@pytest.fixture
+def graph(workspace):
+    """Alice, Bob and Carol match the low-level vector (0.9, 0.8, 0.7) with degrees 1, 3 and 2.
+
+    Edges: Alice-Dave, Bob-Carol, Bob-Erin, Bob-Frank, Carol-Gina. Erin, Frank, Dave and Gina
+    are far from every query. Only the Bob-Erin and Carol-Gina relations match the high-level vector.
+    """
+    far = axis(ELSEWHERE)
+    names = {"Alice": leaning(LOW, 0.9), "Bob": leaning(LOW, 0.8), "Carol": leaning(LOW, 0.7)}
+    names |= dict.fromkeys(["Dave", "Erin", "Frank", "Gina"], far)
+    e = {
+        name: make_entity(workspace, name, embedding=vector, description=f"{name} is a person.")
+        for name, vector in names.items()
+    }
+    r = {
+        "Alice-Dave": make_relation(e["Alice"], e["Dave"], weight=9, embedding=far),
+        "Bob-Carol": make_relation(e["Bob"], e["Carol"], weight=1, embedding=far),
+        "Bob-Erin": make_relation(e["Bob"], e["Erin"], weight=2, embedding=leaning(HIGH, 0.9)),
+        "Bob-Frank": make_relation(e["Bob"], e["Frank"], weight=5, embedding=far),
+        "Carol-Gina": make_relation(e["Carol"], e["Gina"], weight=7, embedding=leaning(HIGH, 0.6)),
+    }
+    for relation in r.values():
+        relation.description = f"{relation.source.name} works with {relation.target.name}."
+        relation.keywords = "collaboration"
+        relation.save()
+    document = make_document(workspace, title="Team notes")
+    c = {
+        "alice-only": make_chunk(document, order=0, text="Alice joined in 2020.", embedding=far),
+        "shared": make_chunk(document, order=1, text="Alice, Bob and Carol met Dave.", embedding=far),
+        "erin": make_chunk(document, order=2, text="Bob and Erin pair daily.", embedding=far),
+        "unlinked": make_chunk(document, order=3, text="The office is in Berlin.", embedding=axis(QUESTION)),
+    }
+    for chunk_name, entity_names in {
+        "alice-only": ["Alice"],
+        "shared": ["Alice", "Bob", "Carol", "Dave"],
+        "erin": ["Bob", "Erin"],
+    }.items():
+        for name in entity_names:
+            EntitySource.objects.create(
+                entity=e[name], chunk=c[chunk_name], name=name, description=f"{name} in {chunk_name}"
+            )
+    RelationSource.objects.create(relation=r["Alice-Dave"], chunk=c["shared"], description="Alice met Dave.")
+    RelationSource.objects.create(relation=r["Bob-Erin"], chunk=c["erin"], description="Bob pairs with Erin.")
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+    return e, r, c
+
+
+def names(rows):
+    return [row.name for row in rows]
+
+
+def pairs(rows):
+    return [f"{row.source}-{row.target}" for row in rows]
+
+
+def test_it_ranks_local_entities_by_degree_not_similarity(graph, workspace):
+    result = ask(workspace, "local")
+
+    assert names(result.entities) == ["Bob", "Carol", "Alice"]
+    assert [row.rank for row in result.entities] == [3, 2, 1]
+
+
+def test_it_ranks_one_hop_relations_by_edge_rank_then_weight(graph, workspace):
+    result = ask(workspace, "local")
+
+    # Edge ranks: Bob-Carol 5, Bob-Frank 4, Bob-Erin 4, Carol-Gina 3, Alice-Dave 2.
+    assert pairs(result.relations) == ["Bob-Carol", "Bob-Frank", "Bob-Erin", "Carol-Gina", "Alice-Dave"]
+    assert [row.rank for row in result.relations] == [5, 4, 4, 3, 2]
+
+
+def test_it_ranks_global_relations_by_edge_rank_and_adds_their_endpoints(graph, workspace):
+    result = ask(workspace, "global")
+
+    assert pairs(result.relations) == ["Bob-Erin", "Carol-Gina"]
+    assert names(result.entities) == ["Bob", "Erin", "Carol", "Gina"]
+    assert [row.rank for row in result.entities] == [3, 1, 2, 1]
+
+
+def test_it_prefers_chunks_that_support_more_retrieved_rows(graph, workspace):
+    result = ask(workspace, "local")
+
+    assert [row.text for row in result.chunks] == [
+        "Alice, Bob and Carol met Dave.",
+        "Bob and Erin pair daily.",
+        "Alice joined in 2020.",
+    ]
+    assert [row.support for row in result.chunks] == [4, 2, 1]
+
+
+def test_it_takes_global_chunks_from_the_relations_provenance(graph, workspace):
+    result = ask(workspace, "global")
+
+    assert [row.text for row in result.chunks] == ["Bob and Erin pair daily."]
+
+
+def test_it_interleaves_local_and_global_rows_in_hybrid_mode(graph, workspace):
+    result = ask(workspace, "hybrid")
+
+    assert names(result.entities) == ["Bob", "Carol", "Erin", "Alice", "Gina"]
+    assert pairs(result.relations) == ["Bob-Carol", "Bob-Erin", "Bob-Frank", "Carol-Gina", "Alice-Dave"]
+
+
+def test_it_adds_the_chunk_vector_search_in_mix_mode(graph, workspace):
+    hybrid, mix = ask(workspace, "hybrid"), ask(workspace, "mix")
+
+    assert "The office is in Berlin." not in [row.text for row in hybrid.chunks]
+    assert mix.chunks[0].text == "The office is in Berlin."
+    assert mix.chunks[0].found_by == "vector"
+    assert {row.text for row in hybrid.chunks} < {row.text for row in mix.chunks}
+    assert names(mix.entities) == names(hybrid.entities)
+
+
+@pytest.mark.parametrize(
+    ("mode", "kinds"),
+    [
+        ("local", {"entities", "relations", "chunks"}),
+        ("global", {"entities", "relations", "chunks"}),
+        ("hybrid", {"entities", "relations", "chunks"}),
+        ("mix", {"entities", "relations", "chunks"}),
+        ("naive", {"chunks"}),
+        ("bypass", set()),
+    ],
+)
+def test_it_returns_the_kinds_of_rows_of_each_mode(graph, workspace, mode, kinds):
+    result = ask(workspace, mode)
+
+    found = {kind for kind in ("entities", "relations", "chunks") if getattr(result, kind)}
+    assert found == kinds
+    if mode == "naive":
+        assert [row.found_by for row in result.chunks] == ["vector"]
+
+
+def test_it_cites_only_rows_that_are_in_the_context(graph, workspace):
+    result = ask(workspace, "mix")
+
+    ids = [citation["id"] for citation in result.citations]
+    assert ids == [row.id for row in [*result.entities, *result.relations, *result.chunks]]
+    for row_id in ids:
+        assert re.search(rf"^{row_id},", result.context, re.MULTILINE), row_id
+    by_label = {citation["label"]: citation for citation in result.citations}
+    assert by_label["Alice"]["document_title"] == "Team notes"
+    assert by_label["Alice"]["excerpt"] == "Alice in shared"
+    assert by_label["Alice"]["chunk_id"] == graph[2]["shared"].pk
+    assert by_label["Gina"]["chunk_id"] is None
+    assert by_label["Gina"]["excerpt"] == "Gina is a person."
+
+
+def test_it_drops_whole_rows_to_fit_each_budget(graph, workspace):
+    full = ask(workspace, "hybrid")
+    tight = ask(workspace, "hybrid", budgets={"entities": 60, "relations": 80})
+
+    assert 0 < len(tight.entities) < len(full.entities)
+    assert 0 < len(tight.relations) < len(full.relations)
+    assert names(tight.entities) == names(full.entities)[: len(tight.entities)]
+    assert tight.stats["tokens"]["entities"] <= 60
+    assert tight.stats["tokens"]["relations"] <= 80
+    for row in tight.entities:
+        assert f"{row.id},{row.name},{row.type},{row.description},{row.rank}\n" in tight.context
+    for row in full.entities[len(tight.entities) :]:
+        assert row.name not in tight.context.split("-----Relationships-----")[0]
+
+
+def test_it_gives_the_sources_what_the_total_budget_leaves(graph, workspace):
+    full = ask(workspace, "mix")
+    tokens = full.stats["tokens"]
+    total = tokens["prompt_overhead"] + tokens["entities"] + tokens["relations"] + tokens["chunks"] - 1
+
+    result = ask(workspace, "mix", budgets=Budgets(total=total))
+
+    assert [row.chunk_id for row in result.chunks] == [row.chunk_id for row in full.chunks][:-1]
+    assert result.stats["tokens"]["context"] <= total - tokens["prompt_overhead"]
+
+
+def test_it_draws_the_retrieved_subgraph(graph, workspace):
+    e, r, _ = graph
+    result = ask(workspace, "local")
+
+    nodes = {node["label"]: node for node in result.subgraph["nodes"]}
+    assert list(nodes)[:3] == ["Bob", "Carol", "Alice"]
+    assert set(nodes) == {"Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Gina"}
+    assert nodes["Bob"]["rank"] == 3
+    assert nodes["Bob"]["row"] == "E1"
+    assert nodes["Dave"]["row"] is None
+    edge_ids = {edge["id"] for edge in result.subgraph["edges"]}
+    assert edge_ids == {f"r{relation.pk}" for relation in r.values()}
+
+
+def test_it_never_retrieves_from_another_workspace(graph, workspace):
+    other = make_workspace(slug="other")
+    secret = make_entity(other, "Zebulon", embedding=axis(LOW), description="Zebulon is a secret.")
+    secret_doc = make_document(other, title="Secret")
+    chunk = make_chunk(secret_doc, text="Zebulon's plans.", embedding=axis(QUESTION))
+    EntitySource.objects.create(entity=secret, chunk=chunk, name="Zebulon")
+    workspace_refresh_counts(workspace_id=other.pk)
+
+    for mode in MODES:
+        result = ask(workspace, mode)
+        assert "Zebulon" not in result.context
+        assert "Zebulon" not in str(result.to_json())
+
+
+@pytest.mark.parametrize(
+    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 4), ("local", 5), ("hybrid", 6), ("mix", 7)]
+)
+@pytest.mark.parametrize("top_k", [5, 60])
+def test_it_builds_each_context_in_a_fixed_number_of_queries(
+    graph, workspace, mode, queries, top_k, django_assert_num_queries
+):
+    with django_assert_num_queries(queries):
+        result = ask(workspace, mode, top_k=top_k, chunk_top_k=top_k)
+
+    assert result.stats["sql_queries"] == queries
+
+
+def test_it_parses_keywords_from_a_chatty_fenced_reply():
+    reply = (
+        "Sure! Here you go:\n```json\n"
+        '{"high_level_keywords": ["trade policy"], "low_level_keywords": "tariffs, Germany"}\n'
+        "```\nHope it helps {"
+    )
+
+    keywords = parse_keywords(reply)
+
+    assert keywords == Keywords(high_level=("trade policy",), low_level=("tariffs", "Germany"), source="llm")
+    assert parse_keywords("I cannot help with that.") is None
+
+
+def test_it_extracts_keywords_without_a_model():
+    keywords = nlp_keywords("How did Alice Smith influence the growth of Acme Corporation in Berlin?")
+
+    assert keywords.low_level == ("Alice Smith", "growth", "Acme Corporation", "Berlin")
+    assert keywords.high_level == ("influence",)
+
+
+def test_it_finds_entities_through_real_embeddings_end_to_end(workspace):
+    texts = {
+        "Marie Curie": "Marie Curie was a physicist who discovered radium and polonium.",
+        "Sourdough": "Sourdough bread is leavened with a fermented starter.",
+        "Volcano": "A volcano is a rupture in the crust where lava escapes.",
+    }
+    vectors = embed([f"{name}: {text}" for name, text in texts.items()], purpose="passage")
+    for (name, text), vector in zip(texts.items(), vectors, strict=True):
+        make_entity(workspace, name, description=text, embedding=vector)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+
+    result = retrieve(workspace=workspace, question="Who discovered radium?", mode="local", top_k=1)
+
+    assert result.keywords.source == "nlp"
+    assert names(result.entities) == ["Marie Curie"]
