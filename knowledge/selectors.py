@@ -3,6 +3,7 @@
 from collections.abc import Iterable, Sequence
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
@@ -217,3 +218,145 @@ def graph_top(*, workspace: Workspace, limit: int) -> dict:
             for row in edges
         ],
     }
+
+
+def entities_with_degrees(*, workspace: Workspace, entity_ids: Iterable[int]) -> dict[int, Entity]:
+    """The entities with these ids (without their vectors), each annotated with `degree`, in one query."""
+    rows = (
+        Entity.objects.filter(workspace=workspace, pk__in=list(entity_ids))
+        .only("pk", "name", "type", "description")
+        .annotate(degree=_degree_of("pk"))
+    )
+    return {entity.pk: entity for entity in rows}
+
+
+_RELATION_FIELDS = ("pk", "source_id", "target_id", "keywords", "description", "weight")
+
+
+def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[Relation]:
+    """The relations touching any of the entities, best first by (edge rank, weight), in one query.
+
+    Each row carries `source_degree`, `target_degree` and `rank` (their sum), with both
+    endpoints' name and type loaded, so the caller can draw and rank without more queries.
+    """
+    ids = list(entity_ids)
+    return list(
+        Relation.objects.filter(workspace=workspace)
+        .filter(Q(source_id__in=ids) | Q(target_id__in=ids))
+        .select_related("source", "target")
+        .only(*_RELATION_FIELDS, "source__name", "source__type", "target__name", "target__type")
+        .annotate(source_degree=_degree_of("source"), target_degree=_degree_of("target"))
+        .annotate(rank=F("source_degree") + F("target_degree"))
+        .order_by("-rank", "-weight", "pk")[:limit]
+    )
+
+
+def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[Relation]:
+    """The relations whose two endpoints are both among the entities, heaviest first, in one query."""
+    ids = list(entity_ids)
+    return list(
+        Relation.objects.filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
+        .only("pk", "source_id", "target_id", "weight", "keywords")
+        .order_by("-weight", "pk")[:limit]
+    )
+
+
+_CHUNKS_SUPPORTING_SQL = """
+WITH entity_rows AS (
+    SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
+), relation_rows AS (
+    SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
+), links AS (
+    SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, %(from_entities)s AS reaches, s.description
+    FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
+    UNION ALL
+    SELECT s.chunk_id, 'R', s.relation_id, r.pos, %(from_relations)s, s.description
+    FROM knowledge_relationsource s JOIN relation_rows r ON r.id = s.relation_id
+), per_chunk AS (
+    SELECT chunk_id, count(*) AS support, bool_or(reaches) AS reached, min(pos) FILTER (WHERE reaches) AS first_pos
+    FROM links GROUP BY chunk_id
+), top AS (
+    SELECT chunk_id FROM per_chunk WHERE reached ORDER BY support DESC, first_pos, chunk_id LIMIT %(k)s
+), best AS (
+    SELECT DISTINCT ON (l.kind, l.item) l.chunk_id
+    FROM links l JOIN per_chunk p USING (chunk_id)
+    ORDER BY l.kind, l.item, p.support DESC, l.chunk_id
+), wanted AS (
+    SELECT chunk_id, true AS in_top FROM top
+    UNION ALL
+    SELECT chunk_id, false FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
+)
+SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
+       CASE WHEN w.in_top THEN c.text END, p.support, w.in_top,
+       (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id)
+FROM (SELECT DISTINCT chunk_id, in_top FROM wanted) w
+JOIN per_chunk p ON p.chunk_id = w.chunk_id
+JOIN knowledge_chunk c ON c.id = w.chunk_id
+JOIN knowledge_document d ON d.id = c.document_id
+WHERE c.workspace_id = %(workspace_id)s
+ORDER BY w.in_top DESC, p.support DESC, p.first_pos NULLS LAST, c.id
+"""
+
+_CHUNK_COLUMNS = (
+    "chunk_id",
+    "document_id",
+    "document_title",
+    "char_start",
+    "char_end",
+    "text",
+    "support",
+    "in_top",
+    "links",
+)
+
+
+def chunks_supporting(
+    *,
+    workspace: Workspace,
+    entity_ids: Sequence[int],
+    relation_ids: Sequence[int],
+    from_entities: bool,
+    from_relations: bool,
+    k: int,
+) -> list[dict]:
+    """Source chunks of retrieved entities and relations, most supporting first, in one query.
+
+    A chunk's `support` is how many of the given entities and relations it was extracted for.
+    The `k` best chunks reached from the entities (`from_entities`) and/or the relations
+    (`from_relations`) come first with their text (`in_top`); after them, without text, the
+    best-supported chunk of every other row, so each entity and relation can be cited. `links`
+    lists the rows each chunk supports as (kind "E" or "R", id, description in that chunk).
+    Ties go to the chunk of the row listed first.
+    """
+    if not entity_ids and not relation_ids:
+        return []
+    params = {
+        "workspace_id": workspace.pk,
+        "entity_ids": list(entity_ids),
+        "relation_ids": list(relation_ids),
+        "from_entities": from_entities,
+        "from_relations": from_relations,
+        "k": k,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_CHUNKS_SUPPORTING_SQL, params)
+        return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+
+
+def chunks_nearest_with_documents(
+    *,
+    workspace: Workspace,
+    vector: Sequence[float],
+    k: int,
+    min_similarity: float | None = None,
+) -> list[Chunk]:
+    """Like `chunks_nearest`, with each chunk's document title loaded and no vectors, in one query."""
+    return _nearest(
+        Chunk.objects.filter(workspace=workspace)
+        .select_related("document")
+        .only("pk", "document_id", "order", "text", "char_start", "char_end", "document__title"),
+        size=workspace.chunk_count,
+        vector=vector,
+        k=k,
+        min_similarity=min_similarity,
+    )
