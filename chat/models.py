@@ -38,6 +38,7 @@ class Message(models.Model):
     content = models.TextField()
     mode = models.CharField(max_length=10, blank=True)
     extractive = models.BooleanField(default=False, help_text="Answered without a language model.")
+    stopped = models.BooleanField(default=False, help_text="Stopped before the end; the content is the partial answer.")
     keywords = models.JSONField(default=dict, blank=True)
     citations = models.JSONField(default=list, blank=True)
     subgraph = models.JSONField(default=dict, blank=True)

@@ -1,0 +1,100 @@
+"""Answers as HTML: markdown rendered on the server, then sanitized.
+
+Model output is untrusted (a document can carry a prompt injection), so raw HTML is never
+passed through and the result is cleaned with an allow-list. static/js/chat.js renders the
+streaming answer with the same rules (markdown-it with html off, DOMPurify, the same
+citation links), so the page does not change when the server's HTML replaces it.
+"""
+
+import re
+
+import nh3
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
+
+# [S2], [E1], [R3] and lists such as [S2, E1] or [S2; S3], as the answer prompt asks.
+CITATION_RE = re.compile(r"\[((?:[SER]\d+)(?:\s*[,;]\s*[SER]\d+)*)\]")
+_CITATION_ID_RE = re.compile(r"[SER]\d+")
+
+ALLOWED_TAGS = {
+    "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote",
+    "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6",
+    "a", "table", "thead", "tbody", "tr", "th", "td",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {"a": {"href", "title", "class", "data-cite"}, "ol": {"start"}}
+ALLOWED_URL_SCHEMES = {"http", "https", "mailto"}
+_SAFE_LINK_RE = re.compile(r"^(?:https?:|mailto:|#)", re.IGNORECASE)
+
+
+def _validate_link(url: str) -> bool:
+    return bool(_SAFE_LINK_RE.match(url.strip()))
+
+
+def _citation_links(state: StateCore) -> None:
+    """Turn citation markers in plain text into links to their row in the citations table."""
+    for block in state.tokens:
+        if block.type != "inline" or not block.children:
+            continue
+        children: list[Token] = []
+        inside_link = 0
+        for token in block.children:
+            inside_link += token.type == "link_open"
+            inside_link -= token.type == "link_close"
+            if token.type != "text" or inside_link or not CITATION_RE.search(token.content):
+                children.append(token)
+                continue
+            children.extend(_split_citations(token.content))
+        block.children = children
+
+
+def _split_citations(text: str) -> list[Token]:
+    tokens: list[Token] = []
+    position = 0
+    for match in CITATION_RE.finditer(text):
+        if match.start() > position:
+            tokens.append(_text(text[position : match.start()]))
+        ids = _CITATION_ID_RE.findall(match.group(1))
+        for index, citation_id in enumerate(ids):
+            if index:
+                tokens.append(_text(" "))
+            link = Token("link_open", "a", 1)
+            link.attrs = {"href": f"#cite-{citation_id}", "class": "cite", "data-cite": citation_id}
+            tokens.extend([link, _text(f"[{citation_id}]"), Token("link_close", "a", -1)])
+        position = match.end()
+    if position < len(text):
+        tokens.append(_text(text[position:]))
+    return tokens
+
+
+def _text(content: str) -> Token:
+    token = Token("text", "", 0)
+    token.content = content
+    return token
+
+
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable(["table", "strikethrough"])
+    # Remote images would leak every reader's address to whoever the model (or a poisoned
+    # document) names, so answers carry no images at all.
+    md.disable("image")
+    md.validateLink = _validate_link
+    md.core.ruler.push("citation_links", _citation_links)
+    return md
+
+
+_MD = _markdown()
+
+
+def render_answer(text: str) -> str:
+    """Sanitized HTML of a markdown answer, citation markers linked to their rows."""
+    html = _MD.render(text)
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        clean_content_tags={"script", "style"},
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=ALLOWED_URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+    )

@@ -1,0 +1,111 @@
+"""Reads of conversations. Every function starts from a workspace the caller may see."""
+
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from chat.models import Conversation, Message
+from knowledge.models import Entity, Relation, Workspace
+from knowledge.selectors import entity_degrees
+
+HISTORY_TURNS = 6
+
+
+def conversations_for_user(*, workspace: Workspace, user) -> QuerySet[Conversation]:
+    """The user's own conversations in the workspace plus those other members shared."""
+    return (
+        Conversation.objects.filter(workspace=workspace)
+        .visible_to(user)
+        .select_related("user")
+        .annotate(message_count=Count("messages"))
+    )
+
+
+def conversation_for_user(*, workspace: Workspace, user, conversation_id, owned: bool = False) -> Conversation:
+    """One conversation the user may read (or, with `owned`, change); 404 otherwise."""
+    conversations = Conversation.objects.filter(workspace=workspace).select_related("user")
+    conversations = conversations.filter(user=user) if owned else conversations.visible_to(user)
+    try:
+        return conversations.get(pk=int(conversation_id))
+    except (Conversation.DoesNotExist, TypeError, ValueError):
+        raise Http404("No such conversation.") from None
+
+
+def conversation_messages(*, conversation: Conversation) -> list[Message]:
+    return list(conversation.messages.order_by("created_at", "id"))
+
+
+def conversation_history(*, conversation: Conversation, turns: int = HISTORY_TURNS) -> list[dict]:
+    """The last answered question-answer pairs, oldest first, as chat messages for the model.
+
+    A question left without an answer (the model failed) is skipped, so the model never sees
+    two user turns in a row.
+    """
+    messages = list(conversation.messages.order_by("-created_at", "-id")[: turns * 2 + 2])
+    messages.reverse()
+    history: list[dict] = []
+    for question, answer in zip(messages, messages[1:], strict=False):
+        if question.role == Message.Role.USER and answer.role == Message.Role.ASSISTANT:
+            history += [
+                {"role": "user", "content": question.content},
+                {"role": "assistant", "content": answer.content},
+            ]
+    return history[-turns * 2 :]
+
+
+def entity_neighbours(*, workspace: Workspace, entity_id, limit: int = 30) -> dict:
+    """An entity, its strongest relations and the entities at their other ends, as a subgraph
+    in the shape retrieval gives (so the graph panel merges it as it is)."""
+    try:
+        entity = Entity.objects.get(workspace=workspace, pk=int(entity_id))
+    except (Entity.DoesNotExist, TypeError, ValueError):
+        raise Http404("No such entity.") from None
+    relations = list(
+        Relation.objects.filter(workspace=workspace)
+        .filter(Q(source=entity) | Q(target=entity))
+        .order_by("-weight", "pk")[:limit]
+    )
+    others = {relation.target_id if relation.source_id == entity.pk else relation.source_id for relation in relations}
+    entities = [entity, *Entity.objects.filter(workspace=workspace, pk__in=others).order_by("name")]
+    degrees = entity_degrees(entity_ids=[item.pk for item in entities])
+    nodes = [
+        {
+            "id": str(item.pk),
+            "label": item.name,
+            "type": item.type,
+            "rank": degrees.get(item.pk, 0),
+            "row": None,
+            "description": item.description,
+        }
+        for item in entities
+    ]
+    edges = [
+        {
+            "id": f"r{relation.pk}",
+            "source": str(relation.source_id),
+            "target": str(relation.target_id),
+            "weight": relation.weight,
+            "keywords": relation.keywords,
+            "row": None,
+            "description": relation.description,
+        }
+        for relation in relations
+    ]
+    return {"nodes": nodes, "edges": edges}
+
+
+def subgraph_with_descriptions(*, workspace: Workspace, subgraph: dict) -> dict:
+    """The subgraph with every node's and edge's current description, for the hover cards.
+
+    Two queries whatever the size; the answer is saved with it, so a reloaded conversation
+    shows the descriptions the answer was given.
+    """
+    nodes, edges = subgraph.get("nodes", []), subgraph.get("edges", [])
+    entity_ids = [int(node["id"]) for node in nodes]
+    relation_ids = [int(str(edge["id"]).lstrip("r")) for edge in edges]
+    entities = dict(Entity.objects.filter(workspace=workspace, pk__in=entity_ids).values_list("pk", "description"))
+    relations = dict(Relation.objects.filter(workspace=workspace, pk__in=relation_ids).values_list("pk", "description"))
+    return {
+        **subgraph,
+        "nodes": [{**node, "description": entities.get(int(node["id"]), "")} for node in nodes],
+        "edges": [{**edge, "description": relations.get(int(str(edge["id"]).lstrip("r")), "")} for edge in edges],
+    }

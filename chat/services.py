@@ -1,0 +1,77 @@
+"""Writes of conversations and messages. Each service does one user-visible thing."""
+
+from django.db import transaction
+
+from chat.models import Conversation, Message
+from knowledge.models import Workspace
+
+TITLE_MAX_CHARS = 80
+DEFAULT_TITLE = Conversation._meta.get_field("title").default
+
+
+def _title_from(question: str) -> str:
+    title = " ".join(question.split())
+    if len(title) > TITLE_MAX_CHARS:
+        title = title[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+    return title or DEFAULT_TITLE
+
+
+def conversation_create(*, workspace: Workspace, user, title: str = "") -> Conversation:
+    return Conversation.objects.create(workspace=workspace, user=user, title=title.strip() or DEFAULT_TITLE)
+
+
+def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
+    conversation.title = title.strip()[:200] or DEFAULT_TITLE
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def conversation_set_shared(*, conversation: Conversation, shared: bool) -> Conversation:
+    conversation.shared = shared
+    conversation.save(update_fields=["shared", "updated_at"])
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation) -> None:
+    conversation.delete()
+
+
+@transaction.atomic
+def question_record(
+    *, conversation: Conversation | None, workspace: Workspace, user, question: str, mode: str
+) -> Message:
+    """Save a question, starting a conversation titled after it when there is none yet."""
+    if conversation is None:
+        conversation = conversation_create(workspace=workspace, user=user, title=_title_from(question))
+    elif conversation.title == DEFAULT_TITLE:
+        conversation.title = _title_from(question)
+    # Saving also bumps updated_at, so the conversation moves to the top of the list.
+    conversation.save()
+    return Message.objects.create(conversation=conversation, role=Message.Role.USER, content=question, mode=mode)
+
+
+def answer_record(
+    *,
+    conversation: Conversation,
+    content: str,
+    mode: str,
+    extractive: bool,
+    stopped: bool,
+    keywords: dict,
+    citations: list,
+    subgraph: dict,
+    usage: dict,
+) -> Message:
+    """Save an answer exactly as it was streamed, with what it was built from."""
+    return Message.objects.create(
+        conversation=conversation,
+        role=Message.Role.ASSISTANT,
+        content=content,
+        mode=mode,
+        extractive=extractive,
+        stopped=stopped,
+        keywords=keywords,
+        citations=citations,
+        subgraph=subgraph,
+        usage=usage,
+    )
