@@ -337,6 +337,7 @@ def complete_many(
     *,
     kind: str,
     usage: Usage | None = None,
+    usage_each: Sequence[Usage] | None = None,
     cache: bool = True,
     **params,
 ) -> list[str | LLMError]:
@@ -344,6 +345,7 @@ def complete_many(
 
     Returns, in order, each answer or the LLMError that ended it, so a caller can keep what
     succeeded. The cache is read and written in one query each, from the calling thread.
+    `usage` sums every call; `usage_each` (one per conversation) records them one by one.
     """
     keys = [_cache_key(settings.LLM_MODEL, messages, params) for messages in conversations]
     hits = dict(LLMCacheEntry.objects.filter(pk__in=keys).values_list("pk", "response")) if cache else {}
@@ -369,6 +371,8 @@ def complete_many(
         results[index] = text
         if usage is not None:
             usage.add(used)
+        if usage_each is not None:
+            usage_each[index].add(used)
         fresh[keys[index]] = _cache_entry(keys[index], kind, text, used)
     if cache and fresh:
         _cache_put(list(fresh.values()))
