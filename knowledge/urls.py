@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from knowledge import views
+from knowledge import api, views
 
 # Everything inside a workspace lives under the `knowledge` namespace; `home` stays global
 # because settings (LOGIN_REDIRECT_URL) and base.html name it.
@@ -23,6 +23,7 @@ workspace_patterns = [
     path("workspaces/<slug:slug>/settings/", views.workspace_settings, name="settings"),
     path("workspaces/<slug:slug>/delete/", views.workspace_delete, name="workspace_delete"),
     path("workspaces/<slug:slug>/audit/", views.audit, name="audit"),
+    path("api/workspaces/<slug:slug>/query", api.query, name="api_query"),
 ]
 
 urlpatterns = [

@@ -79,3 +79,41 @@ def build_team_graph(workspace):
     workspace_refresh_counts(workspace_id=workspace.pk)
     workspace.refresh_from_db()
     return e, r, c
+
+
+SCIENCE = {
+    "Marie Curie": "Marie Curie was a physicist and chemist who discovered radium and polonium.",
+    "Pierre Curie": "Pierre Curie was a physicist who studied magnetism and radioactivity.",
+    "Sourdough": "Sourdough bread is leavened with a fermented starter of flour and water.",
+}
+SCIENCE_TEXT = (
+    "Marie Curie discovered radium in 1898 together with Pierre Curie. "
+    "The Curies shared the Nobel Prize in Physics in 1903. "
+    "Sourdough bakers keep their starter alive for years."
+)
+
+
+def build_science_graph(workspace):
+    """Three entities embedded by the real embedding model, one document and its provenance."""
+    from knowledge.llm import embed
+
+    vectors = embed([*(f"{name}: {text}" for name, text in SCIENCE.items()), SCIENCE_TEXT], purpose="passage")
+    entities = {
+        name: make_entity(workspace, name, type="person", description=text, embedding=vector)
+        for (name, text), vector in zip(SCIENCE.items(), vectors, strict=False)
+    }
+    relation = make_relation(
+        entities["Marie Curie"],
+        entities["Pierre Curie"],
+        weight=3,
+        embedding=embed(["Marie and Pierre Curie discovered radium together."], purpose="passage")[0],
+        description="Marie and Pierre Curie discovered radium together.",
+        keywords="discovery, collaboration",
+    )
+    chunk = make_chunk(make_document(workspace, title="History of radium"), text=SCIENCE_TEXT, embedding=vectors[-1])
+    for name in ["Marie Curie", "Pierre Curie"]:
+        EntitySource.objects.create(entity=entities[name], chunk=chunk, name=name, description=SCIENCE[name])
+    RelationSource.objects.create(relation=relation, chunk=chunk, description=relation.description)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+    return entities
