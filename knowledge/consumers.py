@@ -9,6 +9,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import Http404
 from django.template.loader import render_to_string
 
+from knowledge.events import workspace_group
 from knowledge.models import ROLE_RANK, Role
 from knowledge.selectors import workspace_for_user
 
@@ -20,22 +21,27 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
     group = None
 
     async def connect(self):
-        # Accept before closing: a refused handshake reaches the browser as a bare 1006,
-        # while a close frame carries the code.
-        await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_NOT_LOGGED_IN)
+            await self.refuse(CLOSE_NOT_LOGGED_IN)
             return
         try:
             self.workspace = await database_sync_to_async(workspace_for_user)(
                 user, self.scope["url_route"]["kwargs"]["slug"]
             )
         except Http404:
-            await self.close(code=CLOSE_NOT_A_MEMBER)
+            await self.refuse(CLOSE_NOT_A_MEMBER)
             return
-        self.group = f"workspace-{self.workspace.pk}"
+        self.group = workspace_group(self.workspace.pk)
+        # Joined before accepting, so no event published after the page sees "open" is missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def refuse(self, code: int):
+        # Accept before closing: a refused handshake reaches the browser as a bare 1006,
+        # while a close frame carries the code.
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code):
         if self.group is not None:

@@ -1,3 +1,7 @@
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -9,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from knowledge import llm, selectors, services
+from knowledge.events import workspace_group
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -18,6 +23,8 @@ from knowledge.forms import (
     upload_limit_bytes,
 )
 from knowledge.models import ROLE_RANK, Document, Membership, Role, Workspace
+
+logger = logging.getLogger(__name__)
 
 ENTITIES_PER_PAGE = 50
 DOCUMENTS_PER_PAGE = 100
@@ -169,6 +176,17 @@ def document_retry(request, slug, pk):
     return redirect("knowledge:documents", slug=workspace.slug)
 
 
+def _announce_deleted(document: Document) -> None:
+    """Drop the row from colleagues' open document lists (the deleter's own page reloads)."""
+    try:
+        async_to_sync(get_channel_layer().group_send)(
+            workspace_group(document.workspace_id), {"type": "document.deleted", "document": {"id": document.pk}}
+        )
+    except Exception:
+        # Live updates are a courtesy; the deletion itself has been committed.
+        logger.warning("could not announce the deletion of document %s", document.pk, exc_info=True)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def document_delete(request, slug, pk):
@@ -176,6 +194,7 @@ def document_delete(request, slug, pk):
     document = _document(workspace, pk)
     if request.method == "POST":
         services.document_delete(document=document, actor=request.user)
+        _announce_deleted(document)
         messages.success(request, f"Deleted “{document.title}” and what the graph learned only from it.")
         return redirect("knowledge:documents", slug=workspace.slug)
     return render(request, "knowledge/document_delete.html", _context(workspace, document=document))

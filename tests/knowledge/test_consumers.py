@@ -1,0 +1,146 @@
+import pytest
+from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddlewareStack
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from config.routing import websocket_urlpatterns
+from knowledge.models import Role
+from tests.factories import make_document, make_user, make_workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def private_channel_layer(settings):
+    # Other test runs share this Redis; a prefix keeps their events out of these sockets.
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": "test-teams-consumers"},
+        }
+    }
+
+
+@pytest.fixture
+def team(transactional_db):
+    owner, viewer, stranger = make_user("owner"), make_user("viewer"), make_user("stranger")
+    workspace = make_workspace(slug="acme", members={owner: Role.OWNER, viewer: Role.VIEWER})
+    return {"owner": owner, "viewer": viewer, "stranger": stranger, "workspace": workspace}
+
+
+def _cookie(user) -> list[tuple[bytes, bytes]]:
+    if user is None:
+        return []
+    client = Client()
+    client.force_login(user)
+    return [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+
+
+async def _socket(user, slug="acme") -> WebsocketCommunicator:
+    app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+    headers = await sync_to_async(_cookie)(user)
+    return WebsocketCommunicator(app, f"/ws/workspaces/{slug}/events/", headers=headers)
+
+
+def _progress(document, **changes) -> dict:
+    row = {
+        "id": document.pk,
+        "title": document.title,
+        "status": "processing",
+        "chunks_done": 3,
+        "chunk_count": 8,
+        "entity_count": 12,
+        "relation_count": 9,
+        "prompt_tokens": 1000,
+        "completion_tokens": 234,
+        "error": "",
+    }
+    return {"type": "document.progress", "document": {**row, **changes}}
+
+
+async def test_it_closes_an_anonymous_socket_with_4401(team):
+    socket = await _socket(None)
+    connected, _ = await socket.connect()
+
+    assert connected
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4401}
+
+
+async def test_it_closes_a_non_members_socket_with_4403(team):
+    socket = await _socket(team["stranger"])
+    await socket.connect()
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+
+
+async def test_it_closes_a_socket_to_a_missing_workspace_with_4403(team):
+    socket = await _socket(team["owner"], slug="nope")
+    await socket.connect()
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+
+
+async def test_it_pushes_the_documents_row_as_an_out_of_band_swap(team):
+    document = await _make_document(team["workspace"])
+    socket = await _socket(team["owner"])
+    assert (await socket.connect())[0]
+
+    await get_channel_layer().group_send(f"workspace-{team['workspace'].pk}", _progress(document))
+    html = await socket.receive_from(timeout=5)
+
+    assert html.startswith(f'<tr id="document-{document.pk}" hx-swap-oob="true"')
+    assert "3/8" in html
+    assert ">1234<" in html
+    assert "Delete" in html
+    await socket.disconnect()
+
+
+async def test_it_shows_viewers_the_row_without_actions_and_escapes_the_title(team):
+    document = await _make_document(team["workspace"])
+    socket = await _socket(team["viewer"])
+    assert (await socket.connect())[0]
+
+    event = _progress(document, title="<img src=x onerror=alert(1)>", status="failed", error="No text found.")
+    await get_channel_layer().group_send(f"workspace-{team['workspace'].pk}", event)
+    html = await socket.receive_from(timeout=5)
+
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "No text found." in html
+    assert "Delete" not in html
+    assert "Retry" not in html
+    await socket.disconnect()
+
+
+async def test_it_sends_nothing_from_another_workspace(team):
+    other = await _make_workspace("other")
+    document = await _make_document(other)
+    socket = await _socket(team["owner"])
+    assert (await socket.connect())[0]
+
+    await get_channel_layer().group_send(f"workspace-{other.pk}", _progress(document))
+
+    assert await socket.receive_nothing(timeout=0.5)
+    await socket.disconnect()
+
+
+async def test_it_removes_a_deleted_documents_row(team):
+    socket = await _socket(team["owner"])
+    assert (await socket.connect())[0]
+
+    await get_channel_layer().group_send(
+        f"workspace-{team['workspace'].pk}", {"type": "document.deleted", "document": {"id": 41}}
+    )
+
+    assert await socket.receive_from(timeout=5) == '<tr id="document-41" hx-swap-oob="delete"></tr>'
+    await socket.disconnect()
+
+
+async def _make_document(workspace):
+    return await sync_to_async(make_document)(workspace, title="Report")
+
+
+async def _make_workspace(slug):
+    return await sync_to_async(make_workspace)(slug=slug)
