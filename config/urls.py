@@ -10,5 +10,6 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("workspaces/<slug:slug>/chat/", include("chat.urls")),
     path("", include("knowledge.urls")),
 ]

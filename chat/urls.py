@@ -1,0 +1,15 @@
+from django.urls import path
+
+from chat import views
+
+app_name = "chat"
+
+urlpatterns = [
+    path("", views.chat_page, name="new"),
+    path("c/<int:conversation_id>/", views.chat_page, name="conversation"),
+    path("conversations/", views.conversation_list, name="conversations"),
+    path("c/<int:conversation_id>/rename/", views.conversation_rename, name="rename"),
+    path("c/<int:conversation_id>/share/", views.conversation_share, name="share"),
+    path("c/<int:conversation_id>/delete/", views.conversation_delete, name="delete"),
+    path("graph/neighbours/", views.graph_neighbours, name="neighbours"),
+]

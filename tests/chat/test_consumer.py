@@ -1,0 +1,346 @@
+import asyncio
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connections
+
+from chat.models import Conversation, Message
+from config.asgi import application
+from knowledge.models import Role
+from tests.chat.conftest import ANSWER, session_cookie
+from tests.factories import make_document, make_user, make_workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 30
+
+
+@pytest.fixture(autouse=True)
+async def close_worker_connections():
+    """The consumer's ORM calls run on asgiref's worker thread; its connection must close
+    before the test database can be flushed and dropped."""
+    yield
+    await database_sync_to_async(connections.close_all)()
+
+
+async def open_socket(user=None, slug="acme") -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    if user is not None:
+        cookie = await sync_to_async(session_cookie)(user)
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    communicator = WebsocketCommunicator(application, f"/ws/workspaces/{slug}/chat/", headers=headers)
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert connected
+    return communicator
+
+
+async def events_until(communicator, *types: str) -> list[dict]:
+    """Every event up to and including the first whose type is in `types`."""
+    events = []
+    while True:
+        event = await communicator.receive_json_from(timeout=TIMEOUT)
+        events.append(event)
+        if event["type"] in types:
+            return events
+
+
+async def ask(communicator, question="Who wrote the first algorithm for the Analytical Engine?", **extra) -> list[dict]:
+    await communicator.send_json_to({"type": "ask", "question": question, **extra})
+    return await events_until(communicator, "done", "error")
+
+
+@database_sync_to_async
+def saved_messages() -> list[Message]:
+    return list(Message.objects.select_related("conversation").order_by("created_at", "id"))
+
+
+def chat_tasks() -> list[asyncio.Task]:
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith("chat-answer-") and not task.done()]
+
+
+async def test_it_closes_the_socket_of_an_anonymous_visitor_with_4401(handbook_workspace):
+    communicator = await open_socket(None)
+
+    closed = await communicator.receive_output(timeout=TIMEOUT)
+
+    assert closed == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.parametrize("slug", ["acme", "no-such-workspace"])
+async def test_it_closes_the_socket_of_a_non_member_with_4403(handbook_workspace, outsider, slug):
+    communicator = await open_socket(outsider, slug=slug)
+
+    closed = await communicator.receive_output(timeout=TIMEOUT)
+
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+async def test_it_streams_retrieval_then_tokens_then_done_to_a_viewer(handbook_workspace, viewer, chat_model):
+    communicator = await open_socket(viewer)
+
+    events = await ask(communicator, mode="local")
+
+    types = [event["type"] for event in events]
+    assert types[0] == "retrieval"
+    assert types[-1] == "done"
+    assert set(types[1:-1]) == {"token"}
+    assert len(types) > 5
+    retrieval, done = events[0], events[-1]
+    labels = {node["label"] for node in retrieval["subgraph"]["nodes"]}
+    assert {"Ada Lovelace", "Analytical Engine"} <= labels
+    assert all(node["description"] for node in retrieval["subgraph"]["nodes"])
+    assert any(citation["document_title"] == "Handbook" for citation in retrieval["citations"])
+    assert "Ada Lovelace" in retrieval["keywords"]["low_level"]
+    streamed = "".join(event["text"] for event in events if event["type"] == "token")
+    assert streamed == ANSWER
+    assert "<strong>first published algorithm</strong>" in done["html"]
+    assert 'data-cite="S1"' in done["html"]
+    assert done["usage"]["calls"] == 2  # one keyword call, one answer
+    [question, answer] = await saved_messages()
+    assert (question.role, question.content) == ("user", "Who wrote the first algorithm for the Analytical Engine?")
+    assert answer.pk == done["message"]
+    assert answer.content == streamed
+    assert (answer.mode, answer.stopped, answer.extractive) == ("local", False, False)
+    assert answer.subgraph == retrieval["subgraph"]
+    assert answer.citations == retrieval["citations"]
+    assert answer.keywords["low_level"] == retrieval["keywords"]["low_level"]
+    assert answer.usage["completion_tokens"] > 0
+    assert answer.conversation.user_id == viewer.pk
+    assert answer.conversation.title == "Who wrote the first algorithm for the Analytical Engine?"
+    assert done["conversation"] == answer.conversation.pk
+    await communicator.disconnect()
+
+
+async def test_it_continues_a_conversation_with_its_history(handbook_workspace, viewer, chat_model):
+    communicator = await open_socket(viewer)
+    first = await ask(communicator)
+    conversation = first[-1]["conversation"]
+    chat_model.script.answer = "Charles Babbage [E2]."
+
+    second = await ask(communicator, question="And who designed its mill?", conversation=conversation)
+
+    assert second[-1]["type"] == "done"
+    assert second[-1]["conversation"] == conversation
+    streamed = chat_model.chat_requests()[-1]
+    contents = [message["content"] for message in streamed.messages]
+    assert "Who wrote the first algorithm for the Analytical Engine?" in contents
+    assert ANSWER in contents
+    assert await database_sync_to_async(Message.objects.filter(conversation_id=conversation).count)() == 4
+    await communicator.disconnect()
+
+
+async def test_it_refuses_to_continue_another_users_private_conversation(handbook_workspace, owner, viewer, chat_model):
+    private = await database_sync_to_async(Conversation.objects.create)(workspace=handbook_workspace, user=owner)
+    communicator = await open_socket(viewer)
+
+    [error] = await ask(communicator, conversation=private.pk)
+
+    assert error["type"] == "error"
+    assert "not shared with you" in error["message"]
+    assert await saved_messages() == []
+    private.shared = True
+    await database_sync_to_async(private.save)()
+    events = await ask(communicator, conversation=private.pk)
+    assert events[-1]["type"] == "done"
+    assert events[-1]["conversation"] == private.pk
+    await communicator.disconnect()
+
+
+async def test_it_refuses_a_second_question_while_answering(handbook_workspace, viewer, chat_model):
+    chat_model.token_delay = 0.05
+    communicator = await open_socket(viewer)
+    await communicator.send_json_to({"type": "ask", "question": "Who was Ada Lovelace?"})
+    assert (await communicator.receive_json_from(timeout=TIMEOUT))["type"] == "retrieval"
+
+    await communicator.send_json_to({"type": "ask", "question": "Who was Charles Babbage?"})
+    events = await events_until(communicator, "error", "done")
+
+    assert events[-1]["type"] == "error"
+    assert "Still answering" in events[-1]["message"]
+    rest = await events_until(communicator, "done")
+    assert "".join(event.get("text", "") for event in events + rest) == ANSWER
+    assert [message.content for message in await saved_messages()] == ["Who was Ada Lovelace?", ANSWER]
+    await communicator.disconnect()
+
+
+async def test_it_stops_on_cancel_and_saves_the_partial_answer_marked_stopped(handbook_workspace, viewer, chat_model):
+    chat_model.script.answer = " ".join(f"word{n}" for n in range(200))
+    chat_model.token_delay = 0.02
+    communicator = await open_socket(viewer)
+    await communicator.send_json_to({"type": "ask", "question": "Tell me everything about the engine."})
+    events = [await communicator.receive_json_from(timeout=TIMEOUT) for _ in range(4)]
+    assert [event["type"] for event in events] == ["retrieval", "token", "token", "token"]
+
+    await communicator.send_json_to({"type": "cancel"})
+    events += await events_until(communicator, "done")
+
+    done = events[-1]
+    assert done["stopped"] is True
+    streamed = "".join(event["text"] for event in events if event["type"] == "token")
+    assert 0 < len(streamed) < len(chat_model.script.answer)
+    answer = (await saved_messages())[-1]
+    assert (answer.pk, answer.content, answer.stopped) == (done["message"], streamed, True)
+    assert chat_tasks() == []
+    # The socket keeps working after a stop.
+    chat_model.token_delay = 0
+    chat_model.script.answer = ANSWER
+    assert (await ask(communicator))[-1]["type"] == "done"
+    await communicator.disconnect()
+
+
+async def test_it_reports_a_failing_model_and_stays_usable(handbook_workspace, viewer, chat_model, settings):
+    settings.LLM_MAX_RETRIES = 1
+    communicator = await open_socket(viewer)
+    chat_model.fail(2, status=500)
+
+    [error] = await ask(communicator)
+
+    assert error["type"] == "error"
+    assert "answered 500" in error["message"]
+    assert "try again later" in error["message"]
+    assert (await ask(communicator))[-1]["type"] == "done"
+    # Now the keywords are cached, so the failure hits the streamed answer itself.
+    chat_model.fail(2, status=503)
+    events = await ask(communicator)
+    assert [event["type"] for event in events] == ["retrieval", "error"]
+    assert "answered 503" in events[-1]["message"]
+    assert (await ask(communicator))[-1]["type"] == "done"
+    answers = [m for m in await saved_messages() if m.role == "assistant"]
+    assert [answer.content for answer in answers] == [ANSWER, ANSWER]
+    await communicator.disconnect()
+
+
+async def test_it_cancels_the_model_stream_when_the_socket_closes(handbook_workspace, viewer, chat_model):
+    chat_model.script.answer = " ".join(f"word{n}" for n in range(300))
+    chat_model.token_delay = 0.02
+    communicator = await open_socket(viewer)
+    await communicator.send_json_to({"type": "ask", "question": "Tell me everything about the engine."})
+    for expected in ("retrieval", "token", "token"):
+        assert (await communicator.receive_json_from(timeout=TIMEOUT))["type"] == expected
+    assert len(chat_tasks()) == 1
+
+    await communicator.disconnect()
+
+    assert chat_tasks() == []
+    for _ in range(100):
+        if chat_model.streams_closed_early:
+            break
+        await asyncio.sleep(0.05)
+    assert chat_model.streams_closed_early == 1
+    answer = (await saved_messages())[-1]
+    assert answer.stopped
+    assert answer.content.startswith("word0 word1")
+    assert len(answer.content) < len(chat_model.script.answer)
+
+
+async def test_it_explains_bad_messages_and_keeps_the_socket(handbook_workspace, viewer, chat_model):
+    communicator = await open_socket(viewer)
+
+    [empty] = await ask(communicator, question="   ")
+    [mode] = await ask(communicator, mode="psychic")
+    [top_k] = await ask(communicator, top_k=0)
+    await communicator.send_to(text_data="not json")
+    [garbage] = await events_until(communicator, "error")
+    await communicator.send_json_to({"type": "shout"})
+    [unknown] = await events_until(communicator, "error")
+
+    assert empty["message"] == "Type a question first."
+    assert mode["message"] == "Unknown mode; choose one of mix, hybrid, local, global, naive, bypass."
+    assert "top_k" in top_k["message"]
+    assert "JSON" in garbage["message"]
+    assert "ask" in unknown["message"]
+    assert await saved_messages() == []
+    assert (await ask(communicator))[-1]["type"] == "done"
+    await communicator.disconnect()
+
+
+async def test_it_says_when_the_workspace_has_no_documents_yet(viewer, chat_model):
+    await database_sync_to_async(make_workspace)(slug="empty", members={viewer: Role.VIEWER})
+    communicator = await open_socket(viewer, slug="empty")
+
+    [error] = await ask(communicator)
+
+    assert error["type"] == "error"
+    assert "no documents yet" in error["message"]
+    assert await database_sync_to_async(Conversation.objects.count)() == 0
+    await communicator.disconnect()
+
+
+async def test_it_says_when_documents_are_still_being_processed(viewer, chat_model):
+    @database_sync_to_async
+    def workspace_with_pending_document():
+        workspace = make_workspace(slug="busy", members={viewer: Role.VIEWER})
+        document = make_document(workspace, title="Pending")
+        document.status = document.Status.PROCESSING
+        document.save()
+
+    await workspace_with_pending_document()
+    communicator = await open_socket(viewer, slug="busy")
+
+    [error] = await ask(communicator)
+
+    assert "still being processed" in error["message"]
+    await communicator.disconnect()
+
+
+async def test_it_renders_markup_in_model_output_inert(handbook_workspace, viewer, chat_model):
+    chat_model.script.answer = (
+        "<script>alert(1)</script> [click](javascript:alert(1)) <img src=x onerror=alert(1)> "
+        '[ok](https://example.com "t") <a href="javascript:alert(2)">a</a>'
+    )
+    communicator = await open_socket(viewer)
+
+    events = await ask(communicator)
+
+    html = events[-1]["html"]
+    assert "<script" not in html
+    assert "<img" not in html
+    assert re.findall(r'<a [^>]*href="([^"]*)"', html) == ["https://example.com"]
+    assert "&lt;script&gt;" in html
+    answer = (await saved_messages())[-1]
+    assert answer.content == chat_model.script.answer  # stored as streamed; rendered safe on output
+    await communicator.disconnect()
+
+
+async def test_it_answers_extractively_when_no_chat_model_is_configured(handbook_workspace, viewer, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    communicator = await open_socket(viewer)
+
+    events = await ask(communicator)
+
+    assert events[0]["type"] == "retrieval"
+    done = events[-1]
+    assert done["type"] == "done"
+    assert done["extractive"] is True
+    streamed = "".join(event["text"] for event in events if event["type"] == "token")
+    assert "Ada Lovelace" in streamed
+    answer = (await saved_messages())[-1]
+    assert answer.extractive
+    assert answer.content == streamed
+    await communicator.disconnect()
+
+
+async def test_it_answers_bypass_questions_without_documents(viewer, chat_model):
+    await database_sync_to_async(make_workspace)(slug="empty", members={viewer: Role.VIEWER})
+    chat_model.script.answer = "Hello there."
+    communicator = await open_socket(viewer, slug="empty")
+
+    events = await ask(communicator, question="Say hello", mode="bypass")
+
+    assert events[0]["subgraph"] == {"nodes": [], "edges": []}
+    assert events[-1]["type"] == "done"
+    assert (await saved_messages())[-1].content == "Hello there."
+    await communicator.disconnect()
+
+
+async def test_it_keeps_members_of_one_workspace_out_of_another(handbook_workspace, viewer, chat_model):
+    other_owner = await database_sync_to_async(make_user)("stranger")
+    await database_sync_to_async(make_workspace)(slug="secret", members={other_owner: Role.OWNER})
+
+    communicator = await open_socket(viewer, slug="secret")
+
+    assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}

@@ -1,0 +1,258 @@
+import json
+
+import pytest
+from django.urls import reverse
+
+from chat.models import Conversation, Message
+from knowledge.models import Role
+from tests.chat.conftest import build_handbook
+from tests.factories import make_entity, make_user, make_workspace
+
+XSS_DOCUMENT = (
+    "Intro. <script>alert('doc')</script> <img src=x onerror=alert(1)> "
+    "[click](javascript:alert(1)) Ada Lovelace wrote the first algorithm."
+)
+
+
+@pytest.fixture
+def team(db, owner):
+    viewer, outsider = make_user("viewer"), make_user("outsider")
+    workspace = make_workspace(slug="acme", members={owner: Role.OWNER, viewer: Role.VIEWER})
+    return workspace, viewer, outsider
+
+
+def conversation_with_answer(workspace, user, *, content="Ada wrote it [S1].", shared=False, citations=None):
+    conversation = Conversation.objects.create(workspace=workspace, user=user, title="About Ada", shared=shared)
+    Message.objects.create(conversation=conversation, role="user", content="Who wrote it?", mode="mix")
+    Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        content=content,
+        mode="mix",
+        extractive=True,
+        subgraph={"nodes": [{"id": "1", "label": "Ada Lovelace", "type": "person", "row": "E1"}], "edges": []},
+        citations=citations
+        or [{"id": "S1", "kind": "source", "document_title": "Handbook", "excerpt": "Ada wrote it", "chunk_id": 1}],
+        keywords={"low_level": ["Ada"], "high_level": []},
+    )
+    return conversation
+
+
+def page_answers(response) -> list[dict]:
+    html = response.content.decode()
+    start = html.index('<script id="chat-answers" type="application/json">') + len(
+        '<script id="chat-answers" type="application/json">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
+
+
+def test_it_sends_anonymous_visitors_to_log_in(client, team):
+    response = client.get(reverse("chat:new", args=["acme"]))
+
+    assert response.status_code == 302
+    assert response.url.startswith(reverse("login"))
+
+
+def test_it_hides_the_chat_of_a_workspace_from_non_members(client, team):
+    workspace, viewer, outsider = team
+    client.force_login(outsider)
+
+    assert client.get(reverse("chat:new", args=["acme"])).status_code == 404
+    assert client.get(reverse("chat:conversations", args=["acme"])).status_code == 404
+
+
+def test_it_shows_a_viewer_the_chat_page_with_every_mode_explained(client, team):
+    workspace, viewer, _ = team
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:new", args=["acme"]))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    for mode in ("mix", "hybrid", "local", "global", "naive", "bypass"):
+        assert f'<option value="{mode}"' in html
+    assert "plus a direct search of the passages" in html
+    assert "/ws/workspaces/acme/chat/" in html
+    assert "vendor/cytoscape.min.js" in html
+    assert "cdn" not in html.lower()
+
+
+def test_it_labels_answers_extractive_when_no_chat_model_is_configured(client, team, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    workspace, viewer, _ = team
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:new", args=["acme"]))
+
+    assert b"Extractive answers" in response.content
+
+
+def test_it_reloads_a_conversation_with_every_answer_its_graph_and_citations(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:conversation", args=["acme", conversation.pk]))
+
+    html = response.content.decode()
+    assert "Who wrote it?" in html
+    assert 'Ada wrote it <a href="#cite-S1" class="cite" data-cite="S1"' in html
+    assert "extractive answer" in html
+    [answer] = page_answers(response)
+    assert answer["subgraph"]["nodes"][0]["label"] == "Ada Lovelace"
+    assert answer["citations"][0]["id"] == "S1"
+
+
+def test_it_renders_markup_in_saved_answers_and_citations_inert(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(
+        workspace,
+        viewer,
+        content="<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1))",
+        citations=[
+            {"id": "S1", "kind": "source", "document_title": "<b>T</b>", "excerpt": "</script><script>alert(2)"}
+        ],
+    )
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:conversation", args=["acme", conversation.pk]))
+
+    html = response.content.decode()
+    body = html[html.index('<div id="messages"') : html.index('<form id="ask-form"')]
+    assert "<script" not in body
+    assert "<img" not in body
+    assert "javascript:" not in body.replace("[x](javascript:alert(1))", "")
+    # json_script escapes <, > and &, so an excerpt cannot close the data block.
+    assert "alert(2)" in html
+    assert "</script><script>alert(2)" not in html
+    assert page_answers(response)[0]["citations"][0]["excerpt"] == "</script><script>alert(2)"
+
+
+def test_it_keeps_private_conversations_private(client, team, owner):
+    workspace, viewer, _ = team
+    private = conversation_with_answer(workspace, owner)
+    client.force_login(viewer)
+
+    assert client.get(reverse("chat:conversation", args=["acme", private.pk])).status_code == 404
+    assert b"About Ada" not in client.get(reverse("chat:conversations", args=["acme"])).content
+
+
+def test_it_lets_members_read_a_shared_conversation_but_not_change_it(client, team, owner):
+    workspace, viewer, _ = team
+    shared = conversation_with_answer(workspace, owner, shared=True)
+    client.force_login(viewer)
+
+    page = client.get(reverse("chat:conversation", args=["acme", shared.pk]))
+    listing = client.get(reverse("chat:conversations", args=["acme"]))
+
+    assert page.status_code == 200
+    assert b"shared by owner" in page.content
+    assert reverse("chat:rename", args=["acme", shared.pk]).encode() not in page.content
+    assert b"About Ada" in listing.content
+    for action in ("rename", "share", "delete"):
+        response = client.post(reverse(f"chat:{action}", args=["acme", shared.pk]), {"title": "Mine now"})
+        assert response.status_code == 404
+    shared.refresh_from_db()
+    assert (shared.title, shared.shared) == ("About Ada", True)
+
+
+def test_it_lets_the_owner_rename_share_and_delete_a_conversation(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    client.force_login(viewer)
+
+    renamed = client.post(
+        reverse("chat:rename", args=["acme", conversation.pk]), {"title": "  Lovelace notes "}, HTTP_HX_REQUEST="true"
+    )
+    shared = client.post(reverse("chat:share", args=["acme", conversation.pk]), {"shared": "on"})
+
+    assert renamed.status_code == 200
+    assert b"Lovelace notes" in renamed.content
+    assert f'id="conversation-{conversation.pk}"'.encode() in renamed.content
+    assert shared.status_code == 302
+    conversation.refresh_from_db()
+    assert (conversation.title, conversation.shared) == ("Lovelace notes", True)
+    client.post(reverse("chat:share", args=["acme", conversation.pk]), {})
+    conversation.refresh_from_db()
+    assert conversation.shared is False
+
+    deleted = client.post(reverse("chat:delete", args=["acme", conversation.pk]), HTTP_HX_REQUEST="true")
+
+    assert deleted.status_code == 200
+    assert not Conversation.objects.filter(pk=conversation.pk).exists()
+    assert not Message.objects.filter(conversation_id=conversation.pk).exists()
+
+
+def test_it_sends_the_header_partial_when_renamed_from_the_chat_page(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    client.force_login(viewer)
+
+    response = client.post(
+        reverse("chat:rename", args=["acme", conversation.pk]),
+        {"title": "New name"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="conversation-header",
+    )
+    deleted = client.post(
+        reverse("chat:delete", args=["acme", conversation.pk]),
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="conversation-header",
+    )
+
+    assert b"<h1" in response.content
+    assert b"New name" in response.content
+    assert deleted["HX-Redirect"] == reverse("chat:new", args=["acme"])
+
+
+def test_it_ignores_a_blank_new_title(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    client.force_login(viewer)
+
+    client.post(reverse("chat:rename", args=["acme", conversation.pk]), {"title": "   "})
+
+    conversation.refresh_from_db()
+    assert conversation.title == "About Ada"
+
+
+def test_it_serves_an_entitys_neighbours_to_members_only(client, team):
+    workspace, viewer, outsider = team
+    _, _, (ada, babbage, engine), _ = build_handbook(workspace)
+    elsewhere = make_entity(make_workspace(slug="other"), "Hidden")
+    url = reverse("chat:neighbours", args=["acme"])
+    client.force_login(viewer)
+
+    response = client.get(url, {"entity": babbage.pk})
+
+    assert response.status_code == 200
+    graph = response.json()
+    assert {node["label"] for node in graph["nodes"]} == {"Ada Lovelace", "Charles Babbage", "Analytical Engine"}
+    assert graph["nodes"][0]["id"] == str(babbage.pk)
+    assert graph["nodes"][0]["rank"] == 2
+    assert graph["nodes"][0]["description"].startswith("Designed")
+    assert [edge["weight"] for edge in graph["edges"]] == [2.0, 1.0]
+    assert {edge["source"] for edge in graph["edges"]} | {edge["target"] for edge in graph["edges"]} == {
+        str(ada.pk),
+        str(babbage.pk),
+        str(engine.pk),
+    }
+    assert client.get(url, {"entity": elsewhere.pk}).status_code == 404
+    assert client.get(url, {"entity": "nope"}).status_code == 404
+    client.force_login(outsider)
+    assert client.get(url, {"entity": babbage.pk}).status_code == 404
+
+
+def test_it_shows_a_cited_chunk_with_document_markup_inert(client, team):
+    workspace, viewer, _ = team
+    document, chunk, _, _ = build_handbook(workspace, text=XSS_DOCUMENT, title="<i>Tricky</i>")
+    client.force_login(viewer)
+
+    response = client.get(reverse("knowledge:document", args=["acme", document.pk]), {"chunk": chunk.pk})
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "&lt;script&gt;alert(&#x27;doc&#x27;)&lt;/script&gt;" in html
+    assert "<img src=x" not in html
+    assert "<i>Tricky</i>" not in html
+    assert f'id="chunk-{chunk.pk}"' in html
