@@ -11,6 +11,7 @@ test: $(VENV)/.installed-dev static/vendor/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
+	sh scripts/ensure_chromium.sh
 	$(VENV)/bin/pytest
 
 lint: $(VENV)/.installed-dev
