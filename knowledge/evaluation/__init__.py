@@ -6,3 +6,17 @@
 - runs: an evaluation run end to end (answer with both systems, judge each pair twice, summarize).
 - recall: retrieval quality against a synthetic corpus, without any judge.
 """
+
+from knowledge.retrieval import MODES
+
+SYSTEMS = (*MODES, "hyde", "rqrag")
+SYSTEM_LABELS = {
+    "mix": "LightRAG (mix)",
+    "hybrid": "LightRAG (hybrid)",
+    "local": "LightRAG (local)",
+    "global": "LightRAG (global)",
+    "naive": "NaiveRAG",
+    "bypass": "No retrieval",
+    "hyde": "HyDE",
+    "rqrag": "RQ-RAG",
+}

@@ -6,8 +6,9 @@ from django.urls import reverse
 
 from knowledge.evaluation.judging import parse_verdict, verdicts_for_systems, win_rates
 from knowledge.evaluation.questions import EvaluationError, evaluation_set_generate, parse_list
-from knowledge.models import EvaluationSet
-from tests.factories import make_chunk, make_document, make_entity, make_user
+from knowledge.models import EvaluationRun, EvaluationSet, Membership, Role
+from knowledge.services import workspace_refresh_counts
+from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user
 
 
 def verdict(**winners) -> str:
@@ -221,3 +222,220 @@ def test_it_lets_an_admin_edit_the_questions_of_a_set(client, workspace):
     assert response.status_code == 302
     question.refresh_from_db()
     assert question.text == "How has the harbour changed since 1990?"
+
+
+# Evaluating two systems end to end ---------------------------------------------------------
+
+GRAPH, PASSAGES = "GRAPH", "PASSAGES"
+QUESTIONS = ["How do the harbours compete?", "What shaped Velmar's trade?", "Who gains from the new port?"]
+
+
+def _answer_1_and_2(prompt: str) -> tuple[str, str]:
+    first = prompt.split("---Answer 1---\n", 1)[1].split("\n\n---Answer 2---", 1)[0]
+    second = prompt.split("---Answer 2---\n", 1)[1].split("\n\nCompare the two answers", 1)[0]
+    return first, second
+
+
+def _scripted_judge(question: str, first: str, second: str) -> str:
+    """Verdicts chosen per system, so only a correct position-to-system mapping gives the expected table."""
+    number = QUESTIONS.index(question) + 1
+    graph_first = first.startswith(GRAPH)
+    if number == 3 and not graph_first:
+        return "I would rather not choose between these."
+
+    def position_of(system: str) -> int:
+        return 1 if (system == GRAPH) == graph_first else 2
+
+    verdicts = {
+        "comprehensiveness": position_of(GRAPH),
+        "diversity": "Answer 1 and Answer 2" if number == 1 and graph_first else position_of(PASSAGES),
+        "empowerment": 1,  # pure position bias: the swap must cancel it out
+        "overall": position_of(GRAPH if number < 3 else PASSAGES),
+    }
+    body = json.dumps(
+        {
+            criterion: {
+                "winner": value if isinstance(value, str) else f"Answer {value}",
+                "reason": f"{criterion} {number}",
+            }
+            for criterion, value in verdicts.items()
+        }
+    )
+    return f"Here is my verdict:\n```json\n{body}\n```" if number == 2 else body
+
+
+def _evaluation_double(body: dict) -> str:
+    system = body["messages"][0]["content"]
+    prompt = body["messages"][-1]["content"]
+    if system.startswith("You extract search keywords"):
+        return '{"high_level_keywords": ["harbour trade"], "low_level_keywords": ["Velmar"]}'
+    if system.startswith("You are an impartial expert judging"):
+        question = prompt.split("Question: ", 1)[1].split("\n", 1)[0]
+        return _scripted_judge(question, *_answer_1_and_2(prompt))
+    # An answer: the graph modes put an entities table into the context, naive does not.
+    source = GRAPH if "-----Entities-----" in system else PASSAGES
+    return f"{source} answer to: {prompt}"
+
+
+@pytest.fixture
+def harbour(workspace, openai_double, settings):
+    vector = [1.0] + [0.0] * (settings.EMBEDDING_DIM - 1)
+    # Every text embeds to the same vector, so every row is retrieved whatever the question.
+    openai_double.embedding_handler = lambda text: vector
+    openai_double.reply(_evaluation_double)
+    document = make_document(workspace, title="Harbour report")
+    make_chunk(document, text="Velmar's harbour grew as Ostrand's declined.", embedding=vector)
+    velmar = make_entity(workspace, "Velmar", type="location", description="A port town.", embedding=vector)
+    ostrand = make_entity(workspace, "Ostrand", type="location", description="A rival port.", embedding=vector)
+    make_relation(velmar, ostrand, description="Rival harbours.", keywords="competition", embedding=vector)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    evaluation_set = EvaluationSet.objects.create(workspace=workspace, name="harbour")
+    for order, text in enumerate(QUESTIONS):
+        evaluation_set.questions.create(order=order, text=text)
+    return workspace
+
+
+def test_it_judges_each_pair_twice_swapped_and_maps_verdicts_back_to_systems(harbour, openai_double, capsys):
+    call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive", judge_model="judge-1")
+
+    run = EvaluationRun.objects.get()
+    assert run.status == EvaluationRun.Status.FINISHED
+    rates = run.summary["win_rates"]
+    assert rates["comprehensiveness"] == {
+        "a_wins": 5,
+        "b_wins": 0,
+        "unreadable": 1,
+        "a_percent": 100.0,
+        "b_percent": 0.0,
+    }
+    assert rates["diversity"] == {"a_wins": 0, "b_wins": 4, "unreadable": 2, "a_percent": 0.0, "b_percent": 100.0}
+    assert rates["empowerment"] == {"a_wins": 3, "b_wins": 2, "unreadable": 1, "a_percent": 60.0, "b_percent": 40.0}
+    assert rates["overall"] == {"a_wins": 4, "b_wins": 1, "unreadable": 1, "a_percent": 80.0, "b_percent": 20.0}
+
+    judgements = {(j.question.order, j.order): j for j in run.judgements.select_related("question")}
+    assert len(judgements) == 6
+    assert judgements[(0, "ab")].verdicts["comprehensiveness"] == {"winner": "a", "reason": "comprehensiveness 1"}
+    assert judgements[(0, "ba")].verdicts["comprehensiveness"] == {"winner": "a", "reason": "comprehensiveness 1"}
+    assert judgements[(0, "ba")].verdicts["empowerment"]["winner"] == "b"
+    assert "diversity: no clear winner" in judgements[(0, "ab")].error
+    assert judgements[(2, "ba")].verdicts == {}
+    assert judgements[(2, "ba")].raw == "I would rather not choose between these."
+    assert run.summary["unreadable_judgements"] == 2
+
+    out = capsys.readouterr().out
+    assert "NaiveRAG (B)" in out
+    assert "LightRAG (mix) (A)" in out
+    assert [line.split()[1:] for line in out.splitlines() if line.startswith(("Comprehensiveness", "Overall"))] == [
+        ["0.0%", "100.0%"],
+        ["20.0%", "80.0%"],
+    ]
+
+
+def test_it_stores_both_answers_with_their_cost_and_uses_the_judge_model(harbour, openai_double):
+    call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive", judge_model="judge-1")
+
+    run = EvaluationRun.objects.get()
+    answers = {(answer.question.order, answer.system): answer for answer in run.answers.select_related("question")}
+    assert answers[(1, "mix")].text.startswith("GRAPH answer to: What shaped Velmar's trade?")
+    assert answers[(1, "naive")].text.startswith("PASSAGES answer to: What shaped Velmar's trade?")
+    # mix: keywords + one embedding request + the answer; naive: one embedding request + the answer.
+    assert {answer.llm_calls for (_, system), answer in answers.items() if system == "mix"} == {3}
+    assert {answer.llm_calls for (_, system), answer in answers.items() if system == "naive"} == {2}
+    assert all(answer.prompt_tokens > 0 and answer.completion_tokens > 0 for answer in answers.values())
+    assert all(answer.context_tokens > 0 for answer in answers.values())
+    cost = run.summary["cost"]
+    assert cost["mix"]["calls_per_query"] == 3.0
+    assert cost["naive"]["calls_per_query"] == 2.0
+    assert cost["mix"]["prompt_tokens_per_query"] == round(
+        sum(a.prompt_tokens for (_, s), a in answers.items() if s == "mix") / 3, 1
+    )
+    judge_requests = [
+        r for r in openai_double.chat_requests() if r.messages[0]["content"].startswith("You are an impartial")
+    ]
+    answer_requests = [r for r in openai_double.chat_requests() if r.body.get("stream")]
+    assert len(judge_requests) == 6
+    assert {r.body["model"] for r in judge_requests} == {"judge-1"}
+    assert {r.body["model"] for r in answer_requests} == {"double-chat"}
+    assert run.summary["judge"]["calls"] == 6
+    assert run.judge_model == "judge-1"
+    assert run.answer_model == "double-chat"
+
+
+def test_it_records_a_failed_answer_and_leaves_that_pair_unjudged(harbour, openai_double):
+    def failing_naive(body):
+        if (
+            body.get("stream")
+            and "-----Entities-----" not in body["messages"][0]["content"]
+            and "harbours" in body["messages"][-1]["content"]
+        ):
+            raise RuntimeError("model crashed")
+        return _evaluation_double(body)
+
+    openai_double.reply(failing_naive)
+
+    call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive")
+
+    run = EvaluationRun.objects.get()
+    failed = run.answers.get(system="naive", question__order=0)
+    assert "answered 500" in failed.error
+    assert run.status == EvaluationRun.Status.FINISHED
+    assert run.judgements.filter(question__order=0, error__startswith="not judged").count() == 2
+    assert run.summary["cost"]["naive"]["failed"] == 1
+    assert (
+        run.summary["win_rates"]["comprehensiveness"]["a_wins"]
+        + run.summary["win_rates"]["comprehensiveness"]["b_wins"]
+        == 3
+    )
+
+
+def test_it_refuses_to_evaluate_without_a_chat_model(harbour, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+
+    with pytest.raises(CommandError, match="Evaluating needs a chat model"):
+        call_command("evaluate", workspace="acme", set_name="harbour")
+    assert not EvaluationRun.objects.exists()
+
+
+def test_it_names_the_sets_there_are_when_the_set_is_unknown(harbour):
+    with pytest.raises(CommandError, match="No evaluation set 'nope' in 'acme'. Sets: harbour."):
+        call_command("evaluate", workspace="acme", set_name="nope")
+
+
+# The evaluation page ------------------------------------------------------------------------
+
+
+def test_it_shows_a_viewer_the_run_in_the_papers_layout(harbour, client):
+    call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive")
+    run = EvaluationRun.objects.get()
+    viewer = make_user("viewer")
+    Membership.objects.create(user=viewer, workspace=harbour, role=Role.VIEWER)
+    client.force_login(viewer)
+
+    listing = client.get(reverse("knowledge:evaluation", args=["acme"]))
+    page = client.get(reverse("knowledge:evaluation_run", args=["acme", run.pk]))
+
+    assert listing.status_code == 200
+    assert reverse("knowledge:evaluation_run", args=["acme", run.pk]).encode() in listing.content
+    assert page.status_code == 200
+    assert [row["label"] for row in page.context["table"]] == [
+        "Comprehensiveness",
+        "Diversity",
+        "Empowerment",
+        "Overall",
+    ]
+    html = page.content.decode()
+    assert '<th scope="row">Overall</th>' in html
+    assert "80.0%" in html
+    assert "20.0%" in html
+    assert "GRAPH answer to: Who gains from the new port?" in html
+    assert "I would rather not choose between these." in html
+
+
+def test_it_hides_runs_from_non_members(harbour, client):
+    run = EvaluationRun.objects.create(
+        workspace=harbour, evaluation_set=EvaluationSet.objects.get(), system_a="mix", system_b="naive"
+    )
+    client.force_login(make_user("stranger"))
+
+    assert client.get(reverse("knowledge:evaluation", args=["acme"])).status_code == 404
+    assert client.get(reverse("knowledge:evaluation_run", args=["acme", run.pk])).status_code == 404
