@@ -24,6 +24,7 @@ workspace_patterns = [
     path("workspaces/<slug:slug>/delete/", views.workspace_delete, name="workspace_delete"),
     path("workspaces/<slug:slug>/audit/", views.audit, name="audit"),
     path("api/workspaces/<slug:slug>/query", api.query, name="api_query"),
+    path("", include("knowledge.evaluation.urls")),
 ]
 
 urlpatterns = [
