@@ -1,18 +1,38 @@
-from django.contrib import admin
-from django.db.models import Count
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
+from knowledge.curation import (
+    DUPLICATE_CANDIDATES,
+    CurationError,
+    check_entity_name,
+    entity_merge,
+    entity_merge_undo,
+    entity_update,
+    possible_duplicates,
+)
 from knowledge.models import (
     Document,
     Entity,
+    EntityAlias,
+    EntitySource,
     EvaluationAnswer,
     EvaluationJudgement,
     EvaluationQuestion,
     EvaluationRun,
     EvaluationSet,
     Membership,
+    MergeLog,
     Relation,
+    Role,
     Workspace,
 )
+from knowledge.selectors import relations_of_entity, roles_at_least, workspaces_for_user
 
 
 class MembershipInline(admin.TabularInline):
@@ -36,6 +56,13 @@ class WorkspaceAdmin(admin.ModelAdmin):
     readonly_fields = ["chunk_count", "entity_count", "relation_count"]
     inlines = [MembershipInline]
 
+    def get_queryset(self, request):
+        # Staff given model permissions still only see workspaces they own.
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(pk__in=workspaces_for_user(request.user).filter(role=Role.OWNER).values("pk"))
+
 
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
@@ -52,21 +79,353 @@ class DocumentAdmin(admin.ModelAdmin):
     search_fields = ["title", "original_filename"]
     readonly_fields = ["content_hash", "text"]
 
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(workspace__in=curatable_workspaces(request.user).values("pk"))
+
+
+# --- Curation (issue 6): scoped to the workspaces where the staff user is editor or owner ------
+
+
+def curatable_workspaces(user) -> QuerySet[Workspace]:
+    """Workspaces whose graph this user may curate: editor or owner (superusers: every one)."""
+    if user.is_superuser:
+        return Workspace.objects.all()
+    return workspaces_for_user(user).filter(role__in=roles_at_least(Role.EDITOR))
+
+
+class WorkspaceFilter(admin.SimpleListFilter):
+    """The workspace filter, listing only workspaces the user may curate (names do not leak)."""
+
+    title = "workspace"
+    parameter_name = "workspace__id__exact"
+
+    def lookups(self, request, model_admin):
+        return [(workspace.pk, workspace.name) for workspace in curatable_workspaces(request.user).order_by("name")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(workspace_id=self.value()) if self.value() else queryset
+
+
+class CurationAdmin(admin.ModelAdmin):
+    """Visible to staff who are editor or owner somewhere; rows limited to those workspaces.
+
+    The graph changes only through services (merge, undo, edit), never by adding or deleting
+    rows here: provenance and counts would drift from what the documents say.
+    """
+
+    workspace_field = "workspace"
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**{f"{self.workspace_field}__in": curatable_workspaces(request.user).values("pk")})
+
+    def _may_curate(self, request) -> bool:
+        user = request.user
+        return user.is_active and user.is_staff and curatable_workspaces(user).exists()
+
+    def has_module_permission(self, request):
+        return self._may_curate(request)
+
+    def has_view_permission(self, request, obj=None):
+        return self._may_curate(request)
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class EntitySourceInline(admin.TabularInline):
+    model = EntitySource
+    verbose_name_plural = "provenance (the chunks this entity was extracted from)"
+    fields = ["source_chunk", "name", "type", "description"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("chunk__document").defer("chunk__embedding")
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever may open the entity (scoped by EntityAdmin) may see where it came from.
+        return True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="chunk")
+    def source_chunk(self, source):
+        document = source.chunk.document
+        url = reverse("knowledge:document", args=[document.workspace.slug, document.pk])
+        return format_html(
+            '<a href="{}?chunk={}#chunk-{}">{} · chunk {}</a>',
+            url,
+            source.chunk_id,
+            source.chunk_id,
+            document.title,
+            source.chunk.order + 1,
+        )
+
+
+class EntityAdminForm(forms.ModelForm):
+    class Meta:
+        model = Entity
+        fields = ["name", "type", "description"]
+
+    def clean_name(self):
+        name = self.cleaned_data["name"]
+        try:
+            check_entity_name(entity=self.instance, name=name)
+        except CurationError as err:
+            raise forms.ValidationError(str(err)) from err
+        return name
+
+
+class MergeForm(forms.Form):
+    survivor = forms.ModelChoiceField(queryset=Entity.objects.none(), widget=forms.RadioSelect, empty_label=None)
+
+    def __init__(self, *args, entities, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["survivor"].queryset = entities
+        self.fields["survivor"].label_from_instance = lambda entity: f"{entity.name} ({entity.type or 'no type'})"
+
 
 @admin.register(Entity)
-class EntityAdmin(admin.ModelAdmin):
-    list_display = ["name", "type", "workspace"]
-    list_filter = ["workspace", "type"]
-    search_fields = ["name", "key"]
-    exclude = ["embedding"]
+class EntityAdmin(CurationAdmin):
+    form = EntityAdminForm
+    list_display = ["name", "type", "workspace", "source_count", "updated_at"]
+    list_filter = [WorkspaceFilter, "type"]
+    search_fields = ["name", "key", "description", "aliases__name"]
+    readonly_fields = ["workspace", "key", "alias_names", "relations_table", "created_at", "updated_at"]
+    fields = ["workspace", "name", "key", "type", "description", "alias_names", "relations_table"]
+    inlines = [EntitySourceInline]
+    actions = ["merge_into"]
+    list_select_related = ["workspace"]
+    change_list_template = "admin/knowledge/entity/change_list.html"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("embedding").annotate(source_count=Count("sources"))
+
+    def has_change_permission(self, request, obj=None):
+        return self._may_curate(request)
+
+    @admin.display(description="sources", ordering="source_count")
+    def source_count(self, entity):
+        return entity.source_count
+
+    @admin.display(description="aliases")
+    def alias_names(self, entity):
+        return ", ".join(entity.aliases.order_by("name").values_list("name", flat=True)) or "—"
+
+    @admin.display(description="relations")
+    def relations_table(self, entity):
+        rows = relations_of_entity(entity=entity)
+        if not rows:
+            return "—"
+        return format_html(
+            "<table><tr><th>with</th><th>keywords</th><th>weight</th><th>description</th></tr>{}</table>",
+            format_html_join(
+                "",
+                '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>',
+                (
+                    (
+                        reverse("admin:knowledge_entity_change", args=[relation.other.pk]),
+                        relation.other.name,
+                        relation.keywords,
+                        f"{relation.weight:g}",
+                        relation.description,
+                    )
+                    for relation in rows
+                ),
+            ),
+        )
+
+    def save_model(self, request, obj, form, change):
+        # The form checked the name; the service renames (keeping the old name as an alias),
+        # re-embeds and writes the audit log.
+        data = form.cleaned_data
+        entity_update(
+            entity=obj, actor=request.user, name=data["name"], type=data["type"], description=data["description"]
+        )
+
+    def get_urls(self):
+        return [
+            path("duplicates/", self.admin_site.admin_view(self.duplicates_view), name="knowledge_entity_duplicates"),
+            path("merge/", self.admin_site.admin_view(self.merge_view), name="knowledge_entity_merge"),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Merge selected entities into…")
+    def merge_into(self, request, queryset):
+        return self._merge_page(request, queryset)
+
+    def merge_view(self, request):
+        """The one-click merge of the duplicates page, and the confirmation step of the action."""
+        if request.method != "POST":
+            return redirect("admin:knowledge_entity_changelist")
+        ids = request.POST.getlist("_selected_action")
+        return self._merge_page(request, self.get_queryset(request).filter(pk__in=ids))
+
+    def _merge_page(self, request, queryset):
+        entities = queryset.select_related("workspace").order_by("name")
+        if len({entity.workspace_id for entity in entities}) != 1 or len(entities) < 2:
+            self.message_user(request, "Select two or more entities of one workspace to merge.", messages.ERROR)
+            return redirect("admin:knowledge_entity_changelist")
+        form = MergeForm(request.POST if "apply" in request.POST else None, entities=queryset)
+        if form.is_valid():
+            survivor = form.cleaned_data["survivor"]
+            try:
+                log = entity_merge(
+                    survivor=survivor, others=[e for e in entities if e.pk != survivor.pk], actor=request.user
+                )
+            except CurationError as err:
+                self.message_user(request, str(err), messages.ERROR)
+            else:
+                undo = reverse("admin:knowledge_mergelog_undo", args=[log.pk])
+                self.message_user(
+                    request,
+                    format_html(
+                        "Merged {} into {}. <a href='{}'>Undo this merge</a>",
+                        ", ".join(log.merged_names),
+                        log.survivor_name,
+                        undo,
+                    ),
+                    messages.SUCCESS,
+                )
+                if "duplicates" in request.POST:
+                    query = urlencode({key: request.POST.get(key, "") for key in ("workspace", "name", "cosine")})
+                    return redirect(f"{reverse('admin:knowledge_entity_duplicates')}?{query}")
+                return redirect("admin:knowledge_entity_change", survivor.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Merge entities",
+            "opts": self.model._meta,
+            "entities": entities,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/knowledge/entity/merge.html", context)
+
+    def duplicates_view(self, request):
+        workspaces = curatable_workspaces(request.user).order_by("name")
+        workspace = workspaces.filter(pk=request.GET.get("workspace") or None).first() or workspaces.first()
+        name_threshold = _threshold(request.GET.get("name"), DEFAULT_NAME_SIMILARITY)
+        cosine_threshold = _threshold(request.GET.get("cosine"), DEFAULT_COSINE)
+        pairs = (
+            possible_duplicates(workspace=workspace, name_threshold=name_threshold, cosine_threshold=cosine_threshold)
+            if workspace is not None
+            else []
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Possible duplicates",
+            "opts": self.model._meta,
+            "workspaces": workspaces,
+            "workspace": workspace,
+            "pairs": pairs,
+            "name_threshold": name_threshold,
+            "cosine_threshold": cosine_threshold,
+            "candidates": DUPLICATE_CANDIDATES,
+        }
+        return TemplateResponse(request, "admin/knowledge/entity/duplicates.html", context)
+
+
+DEFAULT_NAME_SIMILARITY = 0.85
+DEFAULT_COSINE = 0.92
+
+
+def _threshold(raw: str | None, default: float) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return default
+    return min(max(value, 0.5), 1.0)
 
 
 @admin.register(Relation)
-class RelationAdmin(admin.ModelAdmin):
-    list_display = ["source", "target", "weight", "workspace"]
-    list_filter = ["workspace"]
-    raw_id_fields = ["source", "target"]
+class RelationAdmin(CurationAdmin):
+    list_display = ["source", "target", "weight", "keywords", "workspace"]
+    list_filter = [WorkspaceFilter]
+    search_fields = ["source__name", "target__name", "keywords"]
     exclude = ["embedding"]
+    list_select_related = ["source", "target", "workspace"]
+
+
+@admin.register(EntityAlias)
+class EntityAliasAdmin(CurationAdmin):
+    list_display = ["name", "entity", "workspace", "created_at"]
+    list_filter = [WorkspaceFilter]
+    search_fields = ["name", "entity__name"]
+    list_select_related = ["entity", "workspace"]
+
+
+@admin.register(MergeLog)
+class MergeLogAdmin(CurationAdmin):
+    list_display = ["created_at", "survivor_name", "merged", "workspace", "user", "undone_at", "undo_link"]
+    list_filter = [WorkspaceFilter]
+    search_fields = ["survivor_name"]
+    exclude = ["snapshot"]
+    readonly_fields = ["snapshot_summary"]
+    list_select_related = ["workspace", "user"]
+    actions = ["undo_merges"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("snapshot")
+
+    @admin.display(description="merged")
+    def merged(self, log):
+        return ", ".join(log.merged_names)
+
+    @admin.display(description="")
+    def undo_link(self, log):
+        if log.undone_at is not None:
+            return "undone"
+        return format_html('<a href="{}">Undo…</a>', reverse("admin:knowledge_mergelog_undo", args=[log.pk]))
+
+    @admin.display(description="what undo restores")
+    def snapshot_summary(self, log):
+        snapshot = MergeLog.objects.only("snapshot").get(pk=log.pk).snapshot
+        return ", ".join(f"{len(snapshot.get(part, []))} {part.replace('_', ' ')}" for part in SNAPSHOT_PARTS)
+
+    def get_urls(self):
+        undo = self.admin_site.admin_view(self.undo_view)
+        return [path("<int:pk>/undo/", undo, name="knowledge_mergelog_undo"), *super().get_urls()]
+
+    def undo_view(self, request, pk):
+        log = get_object_or_404(self.get_queryset(request), pk=pk)
+        if request.method == "POST":
+            self._undo(request, log)
+            return redirect("admin:knowledge_mergelog_changelist")
+        context = {**self.admin_site.each_context(request), "title": "Undo merge", "opts": self.model._meta, "log": log}
+        return TemplateResponse(request, "admin/knowledge/mergelog/undo.html", context)
+
+    @admin.action(description="Undo selected merges (newest first)")
+    def undo_merges(self, request, queryset):
+        for log in queryset.order_by("-pk"):
+            self._undo(request, log)
+
+    def _undo(self, request, log):
+        try:
+            entity_merge_undo(merge_log=log, actor=request.user)
+        except CurationError as err:
+            self.message_user(request, f"{log}: {err}", messages.ERROR)
+        else:
+            names = ", ".join(log.merged_names)
+            self.message_user(request, f"Split {names} back out of {log.survivor_name}.", messages.SUCCESS)
+
+
+SNAPSHOT_PARTS = ("entities", "relations", "entity_sources", "relation_sources", "aliases")
 
 
 # --- Evaluation (issue 7): question sets are edited here; runs are read-only records ---------

@@ -342,28 +342,40 @@ def _drifted(model, field: str, owner_ids: set[int], expected_rows: list[dict]) 
 # Editing
 
 
+def check_entity_name(*, entity: Entity, name: str) -> None:
+    """Raise CurationError when `entity` cannot be called `name` (empty, or another entity's name or alias)."""
+    new_key = entity_key(name)
+    if not new_key:
+        raise CurationError("An entity needs a name.")
+    if new_key == entity.key:
+        return
+    clash = Entity.objects.filter(workspace_id=entity.workspace_id, key=new_key).exclude(pk=entity.pk).first()
+    if clash is not None:
+        raise CurationError(f"{clash.name} already exists in this workspace; merge the two instead.")
+    alias = (
+        EntityAlias.objects.filter(workspace_id=entity.workspace_id, key=new_key)
+        .exclude(entity=entity)
+        .select_related("entity")
+        .first()
+    )
+    if alias is not None:
+        raise CurationError(f"{name} is an alias of {alias.entity.name}; merge the two instead.")
+
+
 def entity_update(*, entity: Entity, actor, name: str, type: str, description: str) -> Entity:
     """Change an entity's name, type or description and embed it again.
 
     A new name keeps the old one as an alias, so later documents that use it still land here.
     """
     name = " ".join(name.split())
-    if not name:
-        raise CurationError("An entity needs a name.")
     new_key = entity_key(name)
     with transaction.atomic():
         lock_entity_keys(workspace_id=entity.workspace_id, keys=[entity.key, new_key])
         entity = Entity.objects.select_related("workspace").get(pk=entity.pk)
+        check_entity_name(entity=entity, name=name)
         old = {"name": entity.name, "type": entity.type, "description": entity.description}
         if new_key != entity.key:
-            clash = Entity.objects.filter(workspace_id=entity.workspace_id, key=new_key).first()
-            if clash is not None:
-                raise CurationError(f"{clash.name} already exists in this workspace; merge the two instead.")
-            alias = EntityAlias.objects.filter(workspace_id=entity.workspace_id, key=new_key).first()
-            if alias is not None and alias.entity_id != entity.pk:
-                raise CurationError(f"{name} is an alias of {alias.entity.name}; merge the two instead.")
-            if alias is not None:
-                alias.delete()
+            EntityAlias.objects.filter(workspace_id=entity.workspace_id, key=new_key, entity=entity).delete()
             EntityAlias.objects.create(
                 workspace_id=entity.workspace_id, key=entity.key, name=entity.name, entity=entity
             )
