@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from knowledge import llm, prompts
 from knowledge.extraction import EntityMention, RelationMention, consolidate, entity_key
-from knowledge.models import Entity, EntityAlias, EntitySource, Relation, RelationSource
+from knowledge.models import Chunk, Entity, EntityAlias, EntitySource, Relation, RelationSource
 
 logger = logging.getLogger(__name__)
 
@@ -412,25 +412,31 @@ class _EntityRebuild:
             )
         }
         types: dict[int, Counter] = {}
+        spellings: dict[int, Counter] = {}
         descriptions: dict[int, list[str]] = {}
-        for entity_id, kind, description in (
+        for entity_id, name, kind, description in (
             EntitySource.objects.filter(entity_id__in=ids)
             .order_by("id")
-            .values_list("entity_id", "type", "description")
+            .values_list("entity_id", "name", "type", "description")
         ):
             if kind:
                 types.setdefault(entity_id, Counter())[kind] += 1
+            spellings.setdefault(entity_id, Counter())[name] += 1
             descriptions.setdefault(entity_id, []).append(description)
         fingerprints = _fingerprints(EntitySource, "entity_id", ids)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
-        merged = _describe(
-            "entity", {pk: row["name"] for pk, row in alive.items()}, descriptions, self.usage, self.fallback
-        )
+        # The display name stays while some source still spells it so (a curated survivor keeps its
+        # name); otherwise the most common spelling among the remaining sources takes over.
+        names = {
+            pk: row["name"] if row["name"] in spellings[pk] else spellings[pk].most_common(1)[0][0]
+            for pk, row in alive.items()
+        }
+        merged = _describe("entity", names, descriptions, self.usage, self.fallback)
         vectors = _embed_changed(
             {
                 pk: (
                     entity_embedding_text(row["name"], row["description"]),
-                    entity_embedding_text(row["name"], merged[pk]),
+                    entity_embedding_text(names[pk], merged[pk]),
                     row["embedding"] is not None,
                 )
                 for pk, row in alive.items()
@@ -438,7 +444,11 @@ class _EntityRebuild:
         )
         updates = {}
         for pk, row in alive.items():
-            fields = {"description": merged[pk], "type": types[pk].most_common(1)[0][0] if pk in types else row["type"]}
+            fields = {
+                "name": names[pk],
+                "description": merged[pk],
+                "type": types[pk].most_common(1)[0][0] if pk in types else row["type"],
+            }
             if pk in vectors:
                 fields["embedding"] = vectors[pk]
             if any(row[name] != value for name, value in fields.items() if name != "embedding") or pk in vectors:
@@ -550,3 +560,72 @@ def _write_updates(model, updates: dict[int, dict], result: RebuildResult) -> No
     if without_vector:
         model.objects.bulk_update(without_vector, sorted(fields - {"embedding"}), batch_size=500)
     result.updated += len(objects)
+
+
+# ---------------------------------------------------------------------------------------
+# Re-embedding (after changing the embedding model)
+
+REEMBED_PAGE = 256
+VECTOR_TABLES = {"knowledge_chunk": "chunk", "knowledge_entity": "entity", "knowledge_relation": "relation"}
+
+
+def vector_dimensions() -> int:
+    """The dimension the vector columns hold now (pgvector keeps it as the column's type modifier)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'knowledge_chunk'::regclass AND attname = 'embedding'"
+        )
+        return cursor.fetchone()[0]
+
+
+def resize_vector_columns(dimensions: int) -> None:
+    """Change every vector column to `dimensions`, dropping the old vectors and rebuilding the HNSW indexes."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table, prefix in VECTOR_TABLES.items():
+            index = f"{prefix}_embedding_hnsw"
+            cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
+            cursor.execute(
+                f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL"  # noqa: S608
+            )
+            cursor.execute(
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "  # noqa: S608
+                "WITH (m = 16, ef_construction = 64)"
+            )
+
+
+def _reembed(model, queryset, text_of) -> int:
+    done, last = 0, 0
+    while True:
+        page = list(queryset.filter(pk__gt=last).order_by("pk")[:REEMBED_PAGE])
+        if not page:
+            return done
+        vectors = llm.embed([text_of(row) for row in page], purpose="passage")
+        model.objects.bulk_update(
+            [model(pk=row["pk"], embedding=vector) for row, vector in zip(page, vectors, strict=True)],
+            ["embedding"],
+        )
+        done += len(page)
+        last = page[-1]["pk"]
+
+
+def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
+    """Embed every chunk, entity and relation of the workspace again with the current embedding model."""
+    return {
+        "chunks": _reembed(
+            Chunk, Chunk.objects.filter(workspace_id=workspace_id).values("pk", "text"), lambda row: row["text"]
+        ),
+        "entities": _reembed(
+            Entity,
+            Entity.objects.filter(workspace_id=workspace_id).values("pk", "name", "description"),
+            lambda row: entity_embedding_text(row["name"], row["description"]),
+        ),
+        "relations": _reembed(
+            Relation,
+            Relation.objects.filter(workspace_id=workspace_id).values(
+                "pk", "keywords", "description", "source__name", "target__name"
+            ),
+            lambda row: relation_embedding_text(
+                row["keywords"], row["source__name"], row["target__name"], row["description"]
+            ),
+        ),
+    }

@@ -1,0 +1,363 @@
+import asyncio
+import re
+import threading
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+
+from knowledge import prompts, services
+from knowledge.models import Chunk, ChunkExtraction, Document, Entity, EntitySource, Relation, Workspace
+from knowledge.tasks import ingest_document
+from tests.factories import make_workspace
+from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer, graph_dump
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(workspace, name: str, text: str) -> Document:
+    return services.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+
+
+def _ingest(workspace, name: str, text: str) -> Document:
+    document = _create(workspace, name, text)
+    return services.document_ingest(document_id=document.pk)
+
+
+def _extraction_requests(double):
+    """First-pass extraction requests (gleaning requests carry the whole conversation)."""
+    return [
+        request
+        for request in double.chat_requests()
+        if request.messages[0]["content"].startswith("You build") and len(request.messages) == 2
+    ]
+
+
+@pytest.fixture
+def scripted(openai_double):
+    openai_double.reply(answer)
+    return openai_double
+
+
+def test_a_two_document_corpus_gives_the_expected_graph(scripted, workspace):
+    first = _ingest(workspace, "a.txt", DOC_A)
+    second = _ingest(workspace, "b.txt", DOC_B)
+
+    dump = graph_dump(workspace)
+    assert (first.status, second.status) == ("processed", "processed")
+    assert {key: (entity["name"], entity["type"]) for key, entity in dump["entities"].items()} == {
+        "alice smith": ("Alice Smith", "person"),
+        "acme corp": ("Acme Corp", "organization"),
+        "berlin": ("Berlin", "location"),
+        "bob jones": ("Bob Jones", "person"),
+    }
+    founder = dump["relations"][("acme corp", "alice smith")]
+    assert founder["weight"] == 11.0
+    assert founder["keywords"] == "founding, advice"
+    assert founder["description"] == "Alice Smith founded Acme Corp.\nAlice Smith advises Acme Corp."
+    assert [source[0] for source in founder["sources"]] == ["a", "b"]
+    assert dump["relations"][("acme corp", "berlin")]["weight"] == 6.0
+    assert dump["relations"][("acme corp", "bob jones")]["weight"] == 7.0
+    assert len(dump["relations"]) == 3
+    assert all(entity["has_vector"] for entity in dump["entities"].values())
+    assert all(relation["has_vector"] for relation in dump["relations"].values())
+    assert second.entity_count == 3
+    assert second.relation_count == 2
+    assert second.llm_calls == 2  # one extraction and one gleaning call for its only chunk
+    assert second.prompt_tokens > 0
+    workspace.refresh_from_db()
+    assert (workspace.entity_count, workspace.relation_count, workspace.chunk_count) == (4, 3, 2)
+
+
+def test_an_entity_in_both_documents_is_one_node_with_both_sources(scripted, workspace):
+    _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+
+    acme = Entity.objects.get(workspace=workspace, key="acme corp")
+    assert Entity.objects.filter(workspace=workspace, name__iexact="acme corp").count() == 1
+    assert sorted(acme.sources.values_list("chunk__document__title", flat=True)) == ["a", "b"]
+    assert sorted(acme.sources.values_list("name", flat=True)) == ["ACME corp", "Acme Corp"]
+    assert "Acme Corp is based in Berlin." in acme.description
+    assert "Acme Corp employs Bob Jones." in acme.description
+
+
+def test_deleting_a_document_leaves_the_graph_of_the_other_alone_without_extraction_calls(
+    scripted, workspace, settings
+):
+    settings.SUMMARY_TRIGGER = 1  # so merged descriptions go through (cached) summaries too
+    alone = make_workspace(slug="alone")
+    a = _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+    _ingest(alone, "b.txt", DOC_B)
+    assert graph_dump(workspace) != graph_dump(alone)
+    scripted.clear()
+
+    services.document_delete(document=a)
+
+    assert graph_dump(workspace) == graph_dump(alone)
+    assert scripted.chat_requests() == []
+    assert "Summary:" in Entity.objects.get(workspace=workspace, key="acme corp").description
+    workspace.refresh_from_db()
+    assert (workspace.entity_count, workspace.relation_count, workspace.chunk_count) == (3, 2, 1)
+    assert workspace.audit_events.filter(action="document.delete").count() == 1
+
+
+MEETING = r"Person ([A-Z]\d\d) meets Shared Person\."
+
+
+def _numbered_parts(count: int, prefix: str = "A") -> str:
+    return "\n".join(f"Part {i:02d}: Person {prefix}{i:02d} meets Shared Person." for i in range(count))
+
+
+def _meetings(body: dict) -> str:
+    text = body["messages"][1]["content"]
+    if len(body["messages"]) > 2:
+        return prompts.DONE_MARKER
+    lines = []
+    for person in re.findall(MEETING, text):
+        lines += [
+            f"entity<|>Person {person}<|>person<|>Person {person} took part in meeting {person}.",
+            f"entity<|>Shared Person<|>person<|>Shared Person met Person {person}.",
+            f"relation<|>Person {person}<|>Shared Person<|>meeting<|>They met at meeting {person}.<|>2",
+        ]
+    return "\n".join(lines)
+
+
+def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_extracted_ones(
+    openai_double, workspace, settings
+):
+    settings.LLM_MAX_RETRIES = 0
+    settings.LLM_MAX_CONCURRENCY = 4  # batches of 8 chunks
+    Workspace.objects.filter(pk=workspace.pk).update(chunk_token_size=14, chunk_overlap_tokens=0)
+    answered = []
+
+    def failing_after_first_batch(body):
+        if len(answered) >= 16:  # 8 extractions + 8 gleanings
+            raise RuntimeError("model crashed")
+        answered.append(body)
+        return _meetings(body)
+
+    openai_double.reply(failing_after_first_batch)
+    document = _create(workspace, "parts.txt", _numbered_parts(16))
+
+    with pytest.raises(services.IngestInterrupted, match="chunk"):
+        services.document_ingest(document_id=document.pk)
+
+    document.refresh_from_db()
+    assert document.status == "pending"
+    assert "will retry" in document.error
+    assert document.chunks_done == 8
+    chunk_count = document.chunk_count
+    assert chunk_count > 8
+    first_half = set(Chunk.objects.filter(document=document, order__lt=8).values_list("text", flat=True))
+    openai_double.clear()
+    openai_double.reply(_meetings)
+
+    done = services.document_ingest(document_id=document.pk)
+
+    asked = [request.messages[1]["content"] for request in _extraction_requests(openai_double)]
+    assert done.status == "processed"
+    assert len(asked) == chunk_count - 8
+    assert not any(text in question for text in first_half for question in asked)
+    assert done.chunks_done == chunk_count
+    assert ChunkExtraction.objects.filter(chunk__document=document).count() == chunk_count
+    meeting_chunks = [chunk for chunk in Chunk.objects.filter(document=document) if re.search(MEETING, chunk.text)]
+    shared = Entity.objects.get(workspace=workspace, key="shared person")
+    assert set(shared.sources.values_list("chunk", flat=True)) == {chunk.pk for chunk in meeting_chunks}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance(openai_double, settings):
+    workspace = make_workspace(slug="concurrent", chunk_token_size=14, chunk_overlap_tokens=0)
+    settings.SUMMARY_TRIGGER = 1000
+    settings.SUMMARY_MAX_TOKENS = 100000
+
+    def slow_meetings(body):
+        time.sleep(0.005)  # so the two documents' batches interleave
+        return _meetings(body)
+
+    openai_double.reply(slow_meetings)
+    documents = [
+        _create(workspace, "a.txt", _numbered_parts(24, "A")),
+        _create(workspace, "b.txt", _numbered_parts(24, "B")),
+    ]
+    errors = []
+
+    def run(document):
+        try:
+            services.document_ingest(document_id=document.pk)
+        except Exception as err:  # surfaced by the assertion below
+            errors.append(err)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
+    expected = set()
+    for chunk in Chunk.objects.filter(workspace=workspace):
+        for person in re.findall(MEETING, chunk.text):
+            expected |= {(f"person {person.lower()}", chunk.pk), ("shared person", chunk.pk)}
+    stored = set(EntitySource.objects.values_list("entity__key", "chunk_id"))
+    assert stored == expected
+    shared = Entity.objects.get(key="shared person")
+    for person in [f"A{i:02d}" for i in range(24)] + [f"B{i:02d}" for i in range(24)]:
+        if any(key == f"person {person.lower()}" for key, _ in expected):
+            assert f"Shared Person met Person {person}." in shared.description
+    relation_weights = dict(Relation.objects.values_list("source__key", "weight"))
+    assert all(weight == 2.0 for weight in relation_weights.values())
+
+
+def test_malformed_lines_are_skipped_and_counted(openai_double, workspace):
+    openai_double.reply(
+        lambda body: (
+            "\n".join(
+                [
+                    "entity<|>Alice Smith<|>person<|>Alice founded Acme.",
+                    "this line is not a record",
+                    "entity<|>only a name",
+                    "relation<|>Alice Smith<|>Alice Smith<|>self<|>A self-loop is not a relation.<|>3",
+                    "entity<|>Acme Corp<|>organization<|>Acme is a company.",
+                    "relation<|>Alice Smith<|>Acme Corp<|>founding<|>Alice founded Acme.<|>high",
+                ]
+            )
+            if len(body["messages"]) == 2
+            else prompts.DONE_MARKER
+        )
+    )
+
+    document = _ingest(workspace, "a.txt", DOC_A)
+
+    extraction = ChunkExtraction.objects.get(chunk__document=document)
+    assert extraction.skipped_lines == 3
+    assert extraction.engine == "llm"
+    assert Entity.objects.filter(workspace=workspace).count() == 2
+    relation = Relation.objects.get(workspace=workspace)
+    assert relation.weight == 1.0  # an unreadable strength counts as 1
+
+
+def test_a_model_that_keeps_failing_leaves_the_document_failed_with_the_reason(openai_double, workspace, settings):
+    settings.LLM_MAX_RETRIES = 1
+    openai_double.fail(1000, status=503, message="the model is overloaded")
+    document = _create(workspace, "a.txt", DOC_A)
+
+    assert ingest_document.apply(args=[document.pk]).get() == "failed"
+
+    document.refresh_from_db()
+    assert document.status == "failed"
+    assert "503" in document.error
+    assert "the model is overloaded" in document.error
+    assert "gave up" in document.error
+
+
+def test_a_refused_api_key_fails_the_document_at_once(openai_double, workspace):
+    openai_double.fail(1, status=401)
+    document = _create(workspace, "a.txt", DOC_A)
+
+    assert ingest_document.apply(args=[document.pk]).get() == "failed"
+
+    document.refresh_from_db()
+    assert "LLM_API_KEY" in document.error
+    assert len(openai_double.chat_requests()) == 1
+
+
+def test_a_second_run_of_a_processed_document_does_nothing(scripted, workspace):
+    document = _ingest(workspace, "a.txt", DOC_A)
+    scripted.clear()
+
+    assert services.document_ingest(document_id=document.pk) is None
+    assert ingest_document.apply(args=[document.pk]).get() == "processed"
+    assert scripted.requests == []
+
+
+def test_a_stale_processing_document_is_taken_over_and_resumed(scripted, workspace):
+    document = _create(workspace, "a.txt", DOC_A)
+    Document.objects.filter(pk=document.pk).update(status="processing")
+    assert services.document_ingest(document_id=document.pk) is None  # a live worker may still have it
+
+    stale = services.ingest_stale_after() * 2
+    Document.objects.filter(pk=document.pk).update(updated_at=document.updated_at - stale)
+
+    assert services.document_ingest(document_id=document.pk).status == "processed"
+
+
+def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):
+    _ingest(workspace, "a.txt", DOC_A)
+    scripted.clear()
+
+    other = _ingest(make_workspace(slug="other"), "a.txt", DOC_A)
+
+    assert other.status == "processed"
+    assert _extraction_requests(scripted) == []
+    assert other.llm_calls == 0
+
+
+def test_progress_is_published_to_the_workspace_group(scripted, workspace, django_capture_on_commit_callbacks):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(f"workspace-{workspace.pk}", channel)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            document = _ingest(workspace, "a.txt", DOC_A)
+        events = async_to_sync(_drain)(layer, channel)
+    finally:
+        async_to_sync(layer.group_discard)(f"workspace-{workspace.pk}", channel)
+
+    progress = [event["document"] for event in events if event["document"]["id"] == document.pk]
+    assert all(event["type"] == "document.progress" for event in events)
+    assert progress[0]["status"] == "pending"
+    assert progress[-1]["status"] == "processed"
+    assert progress[-1]["chunks_done"] == progress[-1]["chunk_count"] == 1
+    assert progress[-1]["entity_count"] == 3
+    assert progress[-1]["prompt_tokens"] > 0
+    assert any(event["status"] == "processing" for event in progress)
+
+
+async def _drain(layer, channel) -> list[dict]:
+    """Everything waiting on the channel, read on one event loop (the layer's receive state belongs to it)."""
+    events = []
+    while True:
+        try:
+            async with asyncio.timeout(1):
+                events.append(await layer.receive(channel))
+        except TimeoutError:
+            return events
+
+
+def test_the_embedded_defaults_turn_prose_into_a_sensible_graph(workspace, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    prose = (
+        "Ada Lovelace worked with Charles Babbage on the Analytical Engine in London. "
+        "Babbage had designed the machine while he taught at the University of Cambridge.\n\n"
+        "Many years later, Alan Turing joined the University of Manchester, where he wrote about "
+        "computing machinery. Turing admired the notes of Ada Lovelace.\n\n"
+        "The Science Museum in London exhibits a reconstruction of the Difference Engine. "
+        "Microsoft and IBM both sponsored exhibitions about the history of computing."
+    )
+
+    document = _ingest(workspace, "history.txt", prose)
+
+    assert document.status == "processed", document.error
+    entities = {entity.key: entity for entity in Entity.objects.filter(workspace=workspace)}
+    assert entities["ada lovelace"].type == "person"
+    assert entities["charles babbage"].type == "person"
+    assert entities["university of manchester"].type == "organization"
+    assert entities["ibm"].type == "organization"
+    pair = Relation.objects.get(
+        workspace=workspace,
+        source__key__in=["ada lovelace", "charles babbage"],
+        target__key__in=["ada lovelace", "charles babbage"],
+    )
+    assert "Ada Lovelace worked with Charles Babbage" in pair.description
+    assert pair.weight == 1.0
+    assert all(entity.embedding is not None and len(entity.embedding) == 384 for entity in entities.values())
+    assert ChunkExtraction.objects.get(chunk__document=document).engine == "spacy"
+    assert document.llm_calls == 0
