@@ -104,7 +104,7 @@ def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, s
     try:
         document = services.document_create(workspace=workspace, user=request.user, filename=filename, **content)
     except services.DocumentRejected as err:
-        return "error", f"{filename}: {err}"
+        return "error", str(err)  # names the file already
     return "success", f"{filename}: queued as “{document.title}”."
 
 
@@ -118,7 +118,7 @@ def upload(request, slug):
         for uploaded in form.cleaned_data["files"]:
             # Checked before reading, so an oversized file is never parsed or stored.
             if uploaded.size > limit:
-                results.append(("error", f"{uploaded.name}: larger than the {limit // 2**20} MB upload limit."))
+                results.append(("error", f"{uploaded.name} is larger than the {limit // 2**20} MB upload limit."))
             else:
                 results.append(_upload_one(request, workspace, filename=uploaded.name, data=uploaded.read()))
         text = form.cleaned_data["text"]
@@ -126,7 +126,7 @@ def upload(request, slug):
             title = form.cleaned_data["title"].strip() or None
             name = title or "Pasted text"
             if len(text.encode()) > limit:
-                results.append(("error", f"{name}: larger than the {limit // 2**20} MB upload limit."))
+                results.append(("error", f"{name} is larger than the {limit // 2**20} MB upload limit."))
             else:
                 results.append(_upload_one(request, workspace, filename=name, text=text, title=title))
         for level, message in results:
