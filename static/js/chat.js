@@ -129,6 +129,8 @@
 
   function adoptConversation(id) {
     config.conversation = id;
+    const heading = document.querySelector("#conversation-header h1");
+    if (heading && streaming) heading.textContent = streaming.question.split(/\s+/).join(" ").slice(0, 80);
     history.replaceState(null, "", withId(config.conversationUrl, id));
   }
 
@@ -349,11 +351,18 @@
         element("td", "citation-id", citation.id),
         element("td", "citation-kind", citation.kind || ""),
         documentCell,
-        element("td", "citation-excerpt", citation.excerpt || ""),
+        excerptCell(citation.excerpt || ""),
       );
       citationsBody.append(row);
     }
     $("citations-empty").hidden = citations.length > 0;
+  }
+
+  function excerptCell(text) {
+    const cell = element("td", "citation-excerpt");
+    cell.append(element("div", "excerpt", text));
+    cell.title = text;
+    return cell;
   }
 
   citationsBody.addEventListener("click", (event) => {
