@@ -144,3 +144,22 @@ async def _make_document(workspace):
 
 async def _make_workspace(slug):
     return await sync_to_async(make_workspace)(slug=slug)
+
+
+def _websocket_paths() -> list[str]:
+    """Every websocket route of the project, filled in for the `acme` workspace."""
+    paths = []
+    for pattern in websocket_urlpatterns:
+        route = str(pattern.pattern)
+        assert "<slug:slug>" in route, f"{route}: every socket belongs to a workspace; add its permission test"
+        paths.append("/" + route.replace("<slug:slug>", "acme"))
+    return paths
+
+
+@pytest.mark.parametrize("path", _websocket_paths())
+async def test_every_socket_turns_away_anonymous_visitors_and_non_members(team, path):
+    app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+    for user, code in [(None, 4401), (team["stranger"], 4403)]:
+        socket = WebsocketCommunicator(app, path, headers=await sync_to_async(_cookie)(user))
+        await socket.connect()
+        assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
