@@ -552,7 +552,7 @@
     if (target.isEdge() && target.data("keywords")) lines.push(element("p", "keywords", target.data("keywords")));
     lines.push(element("p", "", target.data("description") || "No description."));
     tooltip.replaceChildren(...lines);
-    const position = event.renderedPosition || target.renderedMidpoint();
+    const position = event.renderedPosition || (target.isNode() ? target.renderedPosition() : target.renderedMidpoint());
     tooltip.style.left = `${Math.round(position.x + 12)}px`;
     tooltip.style.top = `${Math.round(position.y + 12)}px`;
     tooltip.hidden = false;

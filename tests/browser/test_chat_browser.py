@@ -94,6 +94,24 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     assert "Ada Lovelace" in labels
     assert page.locator("#citations tbody tr").count() >= 1
 
+    # The graph answers the mouse: hover describes, a click finds the citations, a double-click grows it.
+    x, y = page.evaluate(
+        """() => {
+            const node = window.chatGraph().nodes().filter(node => node.data('label') === 'Ada Lovelace');
+            const at = node.renderedPosition();
+            const box = document.getElementById('graph').getBoundingClientRect();
+            return [box.left + at.x, box.top + at.y];
+        }"""
+    )
+    page.mouse.move(x, y)
+    expect(page.locator("#graph-tooltip")).to_contain_text("Ada Lovelace")
+    page.mouse.click(x, y)
+    expect(page.locator("#citations tbody tr.linked").first).to_be_visible()
+    before = page.evaluate("window.chatGraph().elements().length")
+    page.mouse.dblclick(x, y)
+    page.wait_for_function("document.getElementById('chat-status').textContent.includes('neighbour')")
+    assert page.evaluate("window.chatGraph().elements().length") >= before
+
     # [S1] in the answer leads to its row; the row opens the passage inside its document.
     page.click(".message-assistant a.cite[data-cite=S1]")
     page.wait_for_selector("#cite-S1.focused")
