@@ -578,6 +578,7 @@
 
   // ---- Start ------------------------------------------------------------------------------
 
+  // The browser test (and anyone debugging in the console) reads the graph through this.
   window.chatGraph = () => cy;
   const lastAnswer = [...messages.querySelectorAll(".message-assistant")].pop();
   if (lastAnswer && answers.has(lastAnswer.dataset.answer)) showSources(answers.get(lastAnswer.dataset.answer), lastAnswer);
