@@ -17,6 +17,7 @@ from knowledge.curation import (
     possible_duplicates,
 )
 from knowledge.models import (
+    ApiToken,
     Document,
     Entity,
     EntityAlias,
@@ -494,6 +495,21 @@ class EvaluationRunAdmin(admin.ModelAdmin):
         "finished_at",
     ]
     inlines = [EvaluationAnswerInline, EvaluationJudgementInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Deleting a token revokes it. Tokens are made with `manage.py create_api_token`, the only
+    place their secret is ever shown."""
+
+    list_display = ["name", "user", "created_at", "last_used_at"]
+    list_select_related = ["user"]
+    search_fields = ["name", "user__username"]
+    readonly_fields = ["user", "name", "created_at", "last_used_at"]
+    exclude = ["token_hash"]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -146,6 +146,7 @@ class ChunkRow:
     document_id: int
     document_title: str
     text: str
+    token_count: int
     char_start: int
     char_end: int
     support: int
@@ -346,15 +347,31 @@ def _csv_line(values: Sequence) -> str:
     return buffer.getvalue()
 
 
-def _fit_table(title: str, header: Sequence[str], rows: Sequence[Sequence], budget: int) -> tuple[int, str, int]:
+def _row_tokens(row: Sequence, last_cell_tokens: int | None) -> int:
+    if last_cell_tokens is None:
+        return count_tokens(_csv_line(row))
+    # A chunk's tokens are known from ingestion; re-encoding 20 chunks of 1,200 tokens would
+    # cost more than the whole search. The row costs at most its other cells, the text, one
+    # token per quote CSV doubles and the two quotes around it (checked on real chunks).
+    text = row[-1]
+    return count_tokens(_csv_line([*row[:-1], ""])) + last_cell_tokens + text.count('"') + 2
+
+
+def _fit_table(
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence],
+    budget: int,
+    last_cell_tokens: Sequence[int] | None = None,
+) -> tuple[int, str, int]:
     """How many rows fit the budget (whole rows, from the top), the table text and its tokens."""
     head = f"-----{title}-----\n```csv\n{_csv_line(header)}"
     tail = "```\n"
     used = count_tokens(head) + count_tokens(tail)
     lines = []
-    for row in rows:
+    for index, row in enumerate(rows):
         line = _csv_line(row)
-        cost = count_tokens(line)
+        cost = _row_tokens(row, None if last_cell_tokens is None else last_cell_tokens[index])
         if used + cost > budget:
             break
         lines.append(line)
@@ -501,6 +518,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             document_id=c.document_id,
             document_title=c.document.title,
             text=c.text,
+            token_count=c.token_count,
             char_start=c.char_start,
             char_end=c.char_end,
             support=0,
@@ -514,6 +532,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         ["id", "document", "text"],
         [[f"S{i}", c.document_title, c.text] for i, c in enumerate(chunk_candidates, 1)],
         available - entity_tokens - relation_tokens,
+        last_cell_tokens=[c.token_count for c in chunk_candidates],
     )
     result.chunks = chunk_candidates[:kept]
     for i, row in enumerate(result.chunks, 1):
@@ -529,29 +548,14 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         "entities": entity_tokens,
         "relations": relation_tokens,
         "chunks": chunk_tokens,
-        "context": count_tokens(result.context),
+        "context": entity_tokens + relation_tokens + chunk_tokens,
         "prompt_overhead": overhead,
         "budgets": asdict(budgets),
     }
     stats.lap("context")
 
 
-_CHUNK_FIELDS = ("chunk_id", "document_id", "document_title", "char_start", "char_end", "support")
-
-
-def _relation_row(relation, source: str, target: str, rank: int) -> RelationRow:
-    return RelationRow(
-        id="",
-        relation_id=relation.pk,
-        source_id=relation.source_id,
-        target_id=relation.target_id,
-        source=source,
-        target=target,
-        keywords=relation.keywords,
-        description=relation.description,
-        weight=relation.weight,
-        rank=rank,
-    )
+_CHUNK_FIELDS = ("chunk_id", "document_id", "document_title", "token_count", "char_start", "char_end", "support")
 
 
 def _graph_candidates(*, workspace, found_entities, found_relations, mode, budgets):
@@ -582,16 +586,36 @@ def _graph_candidates(*, workspace, found_entities, found_relations, mode, budge
             entity_ids=[entity.pk for entity in found_entities],
             limit=budgets.relations // _MIN_RELATION_ROW_TOKENS + 1,
         )
-    for relation in one_hop:
-        known.setdefault(relation.source_id, (relation.source.name, relation.source.type, relation.source_degree))
-        known.setdefault(relation.target_id, (relation.target.name, relation.target.type, relation.target_degree))
-    local_relations = [_relation_row(r, r.source.name, r.target.name, r.rank) for r in one_hop]
+    for row in one_hop:
+        known.setdefault(row["source_id"], (row["source_name"], row["source_type"], row["source_degree"]))
+        known.setdefault(row["target_id"], (row["target_name"], row["target_type"], row["target_degree"]))
+    local_relations = [
+        RelationRow(
+            id="",
+            relation_id=row["id"],
+            source_id=row["source_id"],
+            target_id=row["target_id"],
+            source=row["source_name"],
+            target=row["target_name"],
+            keywords=row["keywords"],
+            description=row["description"],
+            weight=row["weight"],
+            rank=row["source_degree"] + row["target_degree"],
+        )
+        for row in one_hop
+    ]
     global_relations = [
-        _relation_row(
-            r,
-            entities[r.source_id].name,
-            entities[r.target_id].name,
-            entities[r.source_id].degree + entities[r.target_id].degree,
+        RelationRow(
+            id="",
+            relation_id=r.pk,
+            source_id=r.source_id,
+            target_id=r.target_id,
+            source=entities[r.source_id].name,
+            target=entities[r.target_id].name,
+            keywords=r.keywords,
+            description=r.description,
+            weight=r.weight,
+            rank=entities[r.source_id].degree + entities[r.target_id].degree,
         )
         for r in found_relations
     ]

@@ -72,7 +72,10 @@ def _nearest(
     k: int,
     min_similarity: float | None,
 ):
-    queryset = queryset.exclude(embedding=None).annotate(distance=CosineDistance("embedding", vector))
+    # Nobody needs the vectors of the rows found, and parsing them costs more than the search.
+    queryset = (
+        queryset.exclude(embedding=None).defer("embedding").annotate(distance=CosineDistance("embedding", vector))
+    )
     if min_similarity is not None:
         queryset = queryset.filter(distance__lte=1.0 - min_similarity)
     # pgvector < 0.8 filters HNSW results after the scan, so a small workspace in a big
@@ -230,25 +233,60 @@ def entities_with_degrees(*, workspace: Workspace, entity_ids: Iterable[int]) ->
     return {entity.pk: entity for entity in rows}
 
 
-_RELATION_FIELDS = ("pk", "source_id", "target_id", "keywords", "description", "weight")
+# Degrees are counted once per distinct endpoint (a hub's neighbours share it), the
+# candidates ranked on ids and numbers alone, and only the rows kept are joined to their text.
+_RELATIONS_AROUND_SQL = """
+WITH candidates AS MATERIALIZED (
+    SELECT id, source_id, target_id, weight FROM knowledge_relation
+    WHERE workspace_id = %(workspace_id)s AND (source_id = ANY(%(ids)s) OR target_id = ANY(%(ids)s))
+), endpoints AS (
+    SELECT source_id AS id FROM candidates UNION SELECT target_id FROM candidates
+), degrees AS MATERIALIZED (
+    SELECT e.id,
+           (SELECT count(*) FROM knowledge_relation r WHERE r.source_id = e.id)
+           + (SELECT count(*) FROM knowledge_relation r WHERE r.target_id = e.id) AS degree
+    FROM endpoints e
+), ranked AS (
+    SELECT c.id, c.source_id, c.target_id, c.weight, s.degree AS source_degree, t.degree AS target_degree
+    FROM candidates c JOIN degrees s ON s.id = c.source_id JOIN degrees t ON t.id = c.target_id
+    ORDER BY s.degree + t.degree DESC, c.weight DESC, c.id
+    LIMIT %(limit)s
+)
+SELECT k.id, k.source_id, k.target_id, r.keywords, r.description, k.weight,
+       k.source_degree, k.target_degree, s.name, s.type, t.name, t.type
+FROM ranked k
+JOIN knowledge_relation r ON r.id = k.id
+JOIN knowledge_entity s ON s.id = k.source_id
+JOIN knowledge_entity t ON t.id = k.target_id
+ORDER BY k.source_degree + k.target_degree DESC, k.weight DESC, k.id
+"""
+
+_AROUND_COLUMNS = (
+    "id",
+    "source_id",
+    "target_id",
+    "keywords",
+    "description",
+    "weight",
+    "source_degree",
+    "target_degree",
+    "source_name",
+    "source_type",
+    "target_name",
+    "target_type",
+)
 
 
-def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[Relation]:
+def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
     """The relations touching any of the entities, best first by (edge rank, weight), in one query.
 
-    Each row carries `source_degree`, `target_degree` and `rank` (their sum), with both
-    endpoints' name and type loaded, so the caller can draw and rank without more queries.
+    Each row is a dict with the relation's fields, both endpoints' name, type and degree
+    (`source_degree`, `target_degree`; the edge rank is their sum).
     """
-    ids = list(entity_ids)
-    return list(
-        Relation.objects.filter(workspace=workspace)
-        .filter(Q(source_id__in=ids) | Q(target_id__in=ids))
-        .select_related("source", "target")
-        .only(*_RELATION_FIELDS, "source__name", "source__type", "target__name", "target__type")
-        .annotate(source_degree=_degree_of("source"), target_degree=_degree_of("target"))
-        .annotate(rank=F("source_degree") + F("target_degree"))
-        .order_by("-rank", "-weight", "pk")[:limit]
-    )
+    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit}
+    with connection.cursor() as cursor:
+        cursor.execute(_RELATIONS_AROUND_SQL, params)
+        return [dict(zip(_AROUND_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
 
 
 def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[Relation]:
@@ -287,7 +325,7 @@ WITH entity_rows AS (
     SELECT chunk_id, false FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
 )
 SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
-       CASE WHEN w.in_top THEN c.text END, p.support, w.in_top,
+       CASE WHEN w.in_top THEN c.text END, c.token_count, p.support, w.in_top,
        (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id)
 FROM (SELECT DISTINCT chunk_id, in_top FROM wanted) w
 JOIN per_chunk p ON p.chunk_id = w.chunk_id
@@ -304,6 +342,7 @@ _CHUNK_COLUMNS = (
     "char_start",
     "char_end",
     "text",
+    "token_count",
     "support",
     "in_top",
     "links",
@@ -354,7 +393,7 @@ def chunks_nearest_with_documents(
     return _nearest(
         Chunk.objects.filter(workspace=workspace)
         .select_related("document")
-        .only("pk", "document_id", "order", "text", "char_start", "char_end", "document__title"),
+        .only("pk", "document_id", "order", "text", "token_count", "char_start", "char_end", "document__title"),
         size=workspace.chunk_count,
         vector=vector,
         k=k,

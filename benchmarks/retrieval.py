@@ -1,0 +1,315 @@
+"""Context-build latency of every retrieval mode on a synthetic graph of LightRAG's scale.
+
+    .venv/bin/python benchmarks/retrieval.py            # build, measure, drop the database
+    .venv/bin/python benchmarks/retrieval.py --keep     # keep the benchmark database afterwards
+    .venv/bin/python benchmarks/retrieval.py --reuse    # measure on the kept database (no rebuild)
+
+The graph (100,000 entities, 300,000 relations, 25,000 chunks of about 1,200 tokens, their
+provenance rows and random unit vectors in clusters, so nearest neighbours clear the similarity
+floor the way real embeddings do) lives in its own database next to the project's, built with
+binary COPY and indexed afterwards; nothing touches the project's data. Degrees follow a
+power law, so some retrieved entities are hubs with hundreds of relations.
+
+Model calls are excluded: every query passes its keywords and precomputed query vectors, so
+the numbers are the database work, ranking, token counting and context formatting of retrieve().
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from knowledge.models import Document, Workspace  # noqa: E402
+from knowledge.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
+from knowledge.services import workspace_refresh_counts  # noqa: E402
+
+ENTITIES = 100_000
+RELATIONS = 300_000
+CHUNKS = 25_000
+DOCUMENTS = 1_000
+CLUSTERS = 2_000
+# Each vector is its cluster's centre plus noise of the same length: members sit at cosine
+# ~0.7 from the centre and ~0.5 from each other, like related passages under a real model.
+NOISE = 1.0
+DIM = settings.EMBEDDING_DIM
+MODES = ("local", "global", "hybrid", "mix", "naive")
+HNSW = {
+    "knowledge_entity": "entity_embedding_hnsw",
+    "knowledge_relation": "relation_embedding_hnsw",
+    "knowledge_chunk": "chunk_embedding_hnsw",
+}
+
+rng = np.random.default_rng(42)
+SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in ("a", "e", "i", "o", "u", "an", "er", "on")]
+
+
+def words(count: int) -> str:
+    picks = rng.integers(0, len(SYLLABLES), size=(count, 2))
+    return " ".join(SYLLABLES[a] + SYLLABLES[b] for a, b in picks)
+
+
+def unit_rows(centres: np.ndarray, count: int) -> np.ndarray:
+    noise = rng.normal(size=(count, DIM)).astype(np.float32) / np.sqrt(DIM) * NOISE
+    rows = centres[rng.integers(0, len(centres), size=count)] + noise
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def unit_centres() -> np.ndarray:
+    centres = rng.normal(size=(CLUSTERS, DIM)).astype(np.float32)
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def progress(message: str, started: float) -> None:
+    print(f"  [{time.perf_counter() - started:6.1f}s] {message}", flush=True)
+
+
+def copy_rows(table: str, columns: list[str], types: list[str], rows, started: float) -> None:
+    raw = connection.connection
+    with raw.cursor() as cursor:
+        quoted = ", ".join(f'"{column}"' for column in columns)
+        with cursor.copy(f"COPY {table} ({quoted}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(types)
+            for count, row in enumerate(rows, 1):
+                copy.write_row(row)
+                if count % 100_000 == 0:
+                    progress(f"{table}: {count:,} rows", started)
+
+
+def power_law_pairs(count: int) -> np.ndarray:
+    """Unique unordered entity pairs whose endpoints follow a power law (a few hubs)."""
+    weights = 1.0 / np.arange(1, ENTITIES + 1) ** 0.6
+    weights /= weights.sum()
+    order = rng.permutation(ENTITIES) + 1
+    pairs = np.empty((0, 2), dtype=np.int64)
+    while len(pairs) < count:
+        drawn = order[rng.choice(ENTITIES, size=(count, 2), p=weights)]
+        drawn = drawn[drawn[:, 0] != drawn[:, 1]]
+        drawn.sort(axis=1)
+        pairs = np.unique(np.vstack([pairs, drawn]), axis=0)
+    return pairs[rng.permutation(len(pairs))[:count]]
+
+
+def build(workspace: Workspace, started: float) -> dict:
+    from pgvector.psycopg import register_vector
+
+    register_vector(connection.connection)
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SET maintenance_work_mem = '2GB'")
+        cursor.execute("SET max_parallel_maintenance_workers = 1")
+        for index in HNSW.values():
+            cursor.execute(f"DROP INDEX IF EXISTS {index}")
+
+    documents = Document.objects.bulk_create(
+        Document(workspace=workspace, title=f"Report {n}", content_hash=f"bench-{n}", status="processed")
+        for n in range(DOCUMENTS)
+    )
+    document_ids = [document.pk for document in documents]
+    progress(f"{DOCUMENTS:,} documents", started)
+
+    chunk_centres, entity_centres, relation_centres = unit_centres(), unit_centres(), unit_centres()
+    chunk_vectors = unit_rows(chunk_centres, CHUNKS)
+    per_document = CHUNKS // DOCUMENTS
+    copy_rows(
+        "knowledge_chunk",
+        ["id", "workspace_id", "document_id", "order", "text", "token_count", "char_start", "char_end", "embedding"],
+        ["int8", "int8", "int8", "int4", "text", "int4", "int4", "int4", "vector"],
+        (
+            (n + 1, workspace.pk, document_ids[n // per_document], n % per_document, text, 1200, 0, len(text), vector)
+            for n, vector in enumerate(chunk_vectors)
+            for text in [words(580)]
+        ),
+        started,
+    )
+    progress(f"{CHUNKS:,} chunks", started)
+
+    entity_vectors = unit_rows(entity_centres, ENTITIES)
+    types = ["person", "organization", "location", "event", "concept", "technology"]
+    copy_rows(
+        "knowledge_entity",
+        ["id", "workspace_id", "name", "key", "type", "description", "embedding", "created_at", "updated_at"],
+        ["int8", "int8", "text", "text", "text", "text", "vector", "timestamptz", "timestamptz"],
+        (
+            (n + 1, workspace.pk, name, name.lower(), types[n % len(types)], words(30), vector, now, now)
+            for n, vector in enumerate(entity_vectors)
+            for name in [f"Entity {n + 1} {words(1)}"]
+        ),
+        started,
+    )
+    progress(f"{ENTITIES:,} entities", started)
+
+    entity_chunks = rng.integers(1, CHUNKS + 1, size=(ENTITIES + 1, 3))
+    entity_chunk_count = rng.integers(1, 4, size=ENTITIES + 1)
+    copy_rows(
+        "knowledge_entitysource",
+        ["entity_id", "chunk_id", "name", "type", "description"],
+        ["int8", "int8", "text", "text", "text"],
+        (
+            (entity, int(chunk), "", "", words(12))
+            for entity in range(1, ENTITIES + 1)
+            for chunk in set(entity_chunks[entity, : entity_chunk_count[entity]].tolist())
+        ),
+        started,
+    )
+    progress("entity provenance", started)
+
+    pairs = power_law_pairs(RELATIONS)
+    progress(f"{RELATIONS:,} power-law pairs", started)
+    relation_vectors = unit_rows(relation_centres, RELATIONS)
+    weights = rng.integers(1, 10, size=RELATIONS).astype(float)
+    copy_rows(
+        "knowledge_relation",
+        ["id", "workspace_id", "source_id", "target_id", "keywords", "description", "weight", "embedding"]
+        + ["created_at", "updated_at"],
+        ["int8", "int8", "int8", "int8", "text", "text", "float8", "vector", "timestamptz", "timestamptz"],
+        (
+            (n + 1, workspace.pk, int(pairs[n, 0]), int(pairs[n, 1]), words(3), words(20), weights[n], vector, now, now)
+            for n, vector in enumerate(relation_vectors)
+        ),
+        started,
+    )
+    # A relation is extracted from a chunk that mentions its source entity, as in real text.
+    copy_rows(
+        "knowledge_relationsource",
+        ["relation_id", "chunk_id", "description", "keywords", "strength"],
+        ["int8", "int8", "text", "text", "float8"],
+        ((n + 1, int(entity_chunks[pairs[n, 0], 0]), words(10), "", 1.0) for n in range(RELATIONS)),
+        started,
+    )
+    progress("relations and their provenance", started)
+
+    with connection.cursor() as cursor:
+        # Rows were copied with explicit ids; later inserts must continue after them.
+        cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_chunk', 'id'), %s)", [CHUNKS])
+        cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_entity', 'id'), %s)", [ENTITIES])
+        cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_relation', 'id'), %s)", [RELATIONS])
+        for table, index in HNSW.items():
+            cursor.execute(
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
+                "WITH (m = 16, ef_construction = 64)"
+            )
+            progress(f"HNSW index on {table}", started)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    progress("vacuum analyze", started)
+    return {"entities": entity_centres, "relations": relation_centres, "chunks": chunk_centres}
+
+
+def measure(workspace: Workspace, centres: dict, runs: int) -> None:
+    keywords = Keywords(high_level=("market strategy",), low_level=("Entity", "Report"))
+
+    def vectors() -> QueryVectors:
+        return QueryVectors(
+            low_level=unit_rows(centres["entities"], 1)[0].tolist(),
+            high_level=unit_rows(centres["relations"], 1)[0].tolist(),
+            question=unit_rows(centres["chunks"], 1)[0].tolist(),
+        )
+
+    print(f"\n{'mode':8} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'entities':>9} {'relations':>10} {'chunks':>7}")
+    for mode in MODES:
+        for _ in range(5):
+            retrieve(workspace=workspace, question="What is going on?", mode=mode, keywords=keywords, vectors=vectors())
+        latencies, last = [], None
+        for _ in range(runs):
+            query_vectors = vectors()
+            started = time.perf_counter()
+            last = retrieve(
+                workspace=workspace, question="What is going on?", mode=mode, keywords=keywords, vectors=query_vectors
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+        p50 = statistics.median(latencies)
+        p95 = statistics.quantiles(latencies, n=20)[-1]
+        print(
+            f"{mode:8} {p50:8.1f} {p95:8.1f} {last.stats['sql_queries']:8} {len(last.entities):9} "
+            f"{len(last.relations):10} {len(last.chunks):7}"
+        )
+        stages = ", ".join(f"{stage} {ms:.1f}" for stage, ms in last.stats["timings"].items())
+        print(f"         last run's stages (ms): {stages}")
+
+
+def start_server(folder: Path, shared_buffers: str) -> None:
+    """Point Django at a Postgres of its own in `folder`, with room for the HNSW indexes in
+    shared_buffers: a search that reads index pages from the OS page cache is ten times slower."""
+    import pgserver
+
+    from config.embedded_postgres import embedded_database
+
+    config = embedded_database(folder)
+    if f"shared_buffers = '{shared_buffers}'" not in (folder / "postgresql.auto.conf").read_text():
+        server = pgserver.get_server(folder)
+        server.psql(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}';")
+        pgserver.pg_ctl(["-w", "restart"], pgdata=folder, user=server.system_user)
+    connection.close()
+    connection.settings_dict.update({name: config[name] for name in ("NAME", "USER", "PASSWORD", "HOST", "PORT")})
+
+
+def stop_server(folder: Path) -> None:
+    import pgserver
+
+    # The restart above left pgserver's exit hook watching the old process, so stop it here.
+    connection.close()
+    pgserver.pg_ctl(["-w", "stop"], pgdata=folder, user=pgserver.get_server(folder).system_user)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark server's data afterwards")
+    parser.add_argument("--reuse", action="store_true", help="measure on kept data (no rebuild)")
+    parser.add_argument("--runs", type=int, default=200, help="queries per mode (default 200)")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full graph to build (default 1)")
+    parser.add_argument("--shared-buffers", default="2GB", help="the benchmark server's shared_buffers (default 2GB)")
+    args = parser.parse_args()
+    global ENTITIES, RELATIONS, CHUNKS, DOCUMENTS, CLUSTERS
+    ENTITIES, RELATIONS, CHUNKS = int(ENTITIES * args.scale), int(RELATIONS * args.scale), int(CHUNKS * args.scale)
+    DOCUMENTS, CLUSTERS = max(int(DOCUMENTS * args.scale), 1), max(int(CLUSTERS * args.scale), 1)
+
+    folder = Path(settings.DATA_DIR) / "benchmark-postgres"
+    started = time.perf_counter()
+    print(f"Benchmark server in {folder} (shared_buffers {args.shared_buffers})", flush=True)
+    start_server(folder, args.shared_buffers)
+    try:
+        call_command("migrate", verbosity=0)
+        workspace = Workspace.objects.filter(slug="benchmark").first()
+        centres_file = folder.parent / "benchmark_centres.npy"
+        if workspace is None or not args.reuse or not centres_file.exists():
+            Workspace.objects.filter(slug="benchmark").delete()
+            workspace = Workspace.objects.create(name="Benchmark", slug="benchmark")
+            centres = build(workspace, started)
+            np.save(centres_file, np.stack([centres["entities"], centres["relations"], centres["chunks"]]))
+        else:
+            entities, relations, chunks = np.load(centres_file)
+            centres = {"entities": entities, "relations": relations, "chunks": chunks}
+        workspace.refresh_from_db()
+        print(
+            f"\n{workspace.entity_count:,} entities, {workspace.relation_count:,} relations, "
+            f"{workspace.chunk_count:,} chunks; top_k 40, chunk_top_k 20, hnsw.ef_search {settings.HNSW_EF_SEARCH}, "
+            f"exact scan up to {settings.VECTOR_EXACT_SCAN_MAX:,} rows; {args.runs} queries per mode"
+        )
+        measure(workspace, centres, args.runs)
+    finally:
+        stop_server(folder)
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            (folder.parent / "benchmark_centres.npy").unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
