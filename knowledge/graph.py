@@ -19,10 +19,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.types import TypeInfo
 
 from knowledge import llm, prompts
 from knowledge.extraction import EntityMention, RelationMention, consolidate, entity_key
@@ -93,7 +97,13 @@ def merge_chunks(*, workspace_id: int, records_by_chunk: dict[int, dict]) -> Mer
         if late:
             lock_entity_keys(workspace_id=workspace_id, keys=late)
         entity_id_of = {key: entity_id for key, (entity_id, _) in fresh.items()}
+        # Existing rows are read, not upserted: an UPDATE would write a new row version and,
+        # since the vector column is indexed, a new HNSW entry for an unchanged vector.
+        entity_id_of.update(
+            Entity.objects.filter(workspace_id=workspace_id, key__in=keys - set(entity_id_of)).values_list("key", "pk")
+        )
         now = timezone.now()
+        # Every key is locked, so nobody else can insert these between the read and the insert.
         created = Entity.objects.bulk_create(
             [
                 Entity(
@@ -108,9 +118,7 @@ def merge_chunks(*, workspace_id: int, records_by_chunk: dict[int, dict]) -> Mer
                 for key, mention in first_mention.items()
                 if key not in entity_id_of
             ],
-            update_conflicts=True,
-            unique_fields=["workspace", "key"],
-            update_fields=["updated_at"],
+            batch_size=1000,
         )
         entity_id_of.update({entity.key: entity.pk for entity in created})
         _add_entity_sources(mentions, entity_id_of)
@@ -146,17 +154,17 @@ def _merge_relations(workspace_id: int, mentions: dict, entity_id_of: dict[str, 
                 per_chunk.setdefault((chunk_id, *sorted((a, b))), []).append(mention)
     if not per_chunk:
         return set()
-    pairs = {(a, b) for _, a, b in per_chunk}
+    pairs = sorted({(a, b) for _, a, b in per_chunk})
+    relation_id_of = _relation_ids(workspace_id, pairs)
     created = Relation.objects.bulk_create(
         [
             Relation(workspace_id=workspace_id, source_id=a, target_id=b, created_at=now, updated_at=now)
-            for a, b in sorted(pairs)
+            for a, b in pairs
+            if (a, b) not in relation_id_of
         ],
-        update_conflicts=True,
-        unique_fields=["workspace", "source", "target"],
-        update_fields=["updated_at"],
+        batch_size=1000,
     )
-    relation_id_of = {(relation.source_id, relation.target_id): relation.pk for relation in created}
+    relation_id_of.update({(relation.source_id, relation.target_id): relation.pk for relation in created})
     sources = []
     for (chunk_id, a, b), parts in per_chunk.items():
         sources.append(
@@ -170,6 +178,18 @@ def _merge_relations(workspace_id: int, mentions: dict, entity_id_of: dict[str, 
         )
     RelationSource.objects.bulk_create(sources, ignore_conflicts=True, batch_size=2000)
     return set(relation_id_of.values())
+
+
+def _relation_ids(workspace_id: int, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """The ids of the relations that already exist among these (source, target) pairs, in one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.source_id, r.target_id, r.id FROM knowledge_relation r "
+            "JOIN unnest(%s::bigint[], %s::bigint[]) AS p(source_id, target_id) "
+            "ON r.source_id = p.source_id AND r.target_id = p.target_id WHERE r.workspace_id = %s",
+            [[a for a, _ in pairs], [b for _, b in pairs], workspace_id],
+        )
+        return {(source, target): pk for source, target, pk in cursor.fetchall()}
 
 
 def _keyword_union(values: Iterable[str]) -> str:
@@ -543,23 +563,62 @@ class _RelationRebuild:
         _write_updates(Relation, {pk: plan.updates[pk] for pk in ids if pk in plan.updates}, result)
 
 
-def _write_updates(model, updates: dict[int, dict], result: RebuildResult) -> None:
+_COLUMN_TYPES = {"name": "text", "type": "text", "description": "text", "keywords": "text", "weight": "float8"}
+
+
+def _vector_cursor() -> psycopg.Cursor:
+    """A cursor on Django's connection (same transaction) that binds on the server and sends vectors in binary.
+
+    Django's cursor interpolates parameters into the SQL text: thousands of vectors become
+    megabytes of SQL to quote and parse, twenty times slower than pgvector's binary format.
+    """
+    connection.ensure_connection()
+    cursor = psycopg.Cursor(connection.connection)
+    register_vector_info(cursor, TypeInfo.fetch(connection.connection, "vector"))
+    return cursor
+
+
+def update_rows(model, updates: dict[int, dict]) -> None:
+    """Set different values on many rows in one statement per 1000 rows (UPDATE ... FROM unnest).
+
+    Django's bulk_update writes a CASE per column, which Postgres evaluates row by row: with
+    vectors in it, thousands of rows take seconds. Rows without an "embedding" keep theirs.
+    """
     if not updates:
         return
-    now = timezone.now()
-    objects, fields = [], {"updated_at"}
-    for pk, values in updates.items():
-        objects.append(model(pk=pk, updated_at=now, **values))
-        fields.update(values)
-        result.embedded += "embedding" in values
-    # Rows without a new vector keep theirs: bulk_update would null it, so they go separately.
-    with_vector = [obj for obj in objects if obj.embedding is not None]
-    without_vector = [obj for obj in objects if obj.embedding is None]
-    if with_vector:
-        model.objects.bulk_update(with_vector, sorted(fields), batch_size=500)
-    if without_vector:
-        model.objects.bulk_update(without_vector, sorted(fields - {"embedding"}), batch_size=500)
-    result.updated += len(objects)
+    columns = sorted({name for values in updates.values() for name in values} - {"embedding"})
+    with_vectors = any("embedding" in values for values in updates.values())
+    names = [*columns, "embedding"] if with_vectors else columns
+    assignments = [f"{column} = v.{column}" for column in columns]
+    arrays = ["%s::bigint[]", *(f"%s::{_COLUMN_TYPES[column]}[]" for column in columns)]
+    if with_vectors:
+        assignments.append("embedding = COALESCE(v.embedding, t.embedding)")
+        arrays.append("%b::vector[]")
+    if any(field.name == "updated_at" for field in model._meta.concrete_fields):
+        assignments.append("updated_at = now()")
+    sql = (
+        f"UPDATE {model._meta.db_table} AS t SET {', '.join(assignments)} "  # noqa: S608 - our own names
+        f"FROM unnest({', '.join(arrays)}) AS v(id, {', '.join(names)}) WHERE t.id = v.id"
+    )
+    items = list(updates.items())
+    with _vector_cursor() as cursor:
+        for start in range(0, len(items), 1000):
+            page = items[start : start + 1000]
+            params = [[pk for pk, _ in page]]
+            params += [[values.get(column) for _, values in page] for column in columns]
+            if with_vectors:
+                params.append([_as_vector(values.get("embedding")) for _, values in page])
+            cursor.execute(sql, params)
+
+
+def _as_vector(vector):
+    return None if vector is None else np.asarray(vector, dtype=np.float32)
+
+
+def _write_updates(model, updates: dict[int, dict], result: RebuildResult) -> None:
+    update_rows(model, updates)
+    result.updated += len(updates)
+    result.embedded += sum("embedding" in values for values in updates.values())
 
 
 # ---------------------------------------------------------------------------------------
@@ -600,10 +659,7 @@ def _reembed(model, queryset, text_of) -> int:
         if not page:
             return done
         vectors = llm.embed([text_of(row) for row in page], purpose="passage")
-        model.objects.bulk_update(
-            [model(pk=row["pk"], embedding=vector) for row, vector in zip(page, vectors, strict=True)],
-            ["embedding"],
-        )
+        update_rows(model, {row["pk"]: {"embedding": vector} for row, vector in zip(page, vectors, strict=True)})
         done += len(page)
         last = page[-1]["pk"]
 

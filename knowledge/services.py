@@ -502,11 +502,7 @@ def _embed_chunks(document: Document) -> None:
     for start in range(0, len(missing), CHUNK_EMBED_GROUP):
         group = missing[start : start + CHUNK_EMBED_GROUP]
         vectors = llm.embed([text for _, text in group], purpose="passage")
-        Chunk.objects.bulk_update(
-            [Chunk(pk=pk, embedding=vector) for (pk, _), vector in zip(group, vectors, strict=True)],
-            ["embedding"],
-            batch_size=500,
-        )
+        graph.update_rows(Chunk, {pk: {"embedding": vector} for (pk, _), vector in zip(group, vectors, strict=True)})
 
 
 CHUNK_EMBED_GROUP = 256
