@@ -8,6 +8,7 @@ and the command treat them alike.
 import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
+from functools import cache
 
 from knowledge import llm
 from knowledge.query_prompts import ANSWER_SYSTEM, BYPASS_SYSTEM
@@ -89,10 +90,16 @@ def _stem(word: str) -> str:
     return word
 
 
-def _terms(text: str) -> set[str]:
+@cache
+def _stop_words() -> frozenset[str]:
     from spacy.lang.en.stop_words import STOP_WORDS
 
-    return {_stem(word) for word in _WORD.findall(text) if len(word) > 2 and word.casefold() not in STOP_WORDS}
+    return frozenset(STOP_WORDS)
+
+
+def _terms(text: str) -> set[str]:
+    stop_words = _stop_words()
+    return {_stem(word) for word in _WORD.findall(text) if len(word) > 2 and word.casefold() not in stop_words}
 
 
 def extractive_answer(question: str, result: RetrievalResult, response_type: str = DEFAULT_RESPONSE_TYPE) -> str:

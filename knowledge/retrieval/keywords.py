@@ -32,7 +32,6 @@ class Keywords:
         return cls(
             high_level=_keyword_list(value.get("high_level", value.get("high_level_keywords"))),
             low_level=_keyword_list(value.get("low_level", value.get("low_level_keywords"))),
-            source=value.get("source", "given"),
         )
 
     def to_json(self) -> dict:
