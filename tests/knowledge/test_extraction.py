@@ -1,0 +1,132 @@
+from knowledge.extraction import consolidate, entity_key, normalize_name, parse_extraction
+from knowledge.nlp import nlp_extract
+
+TYPES = ["person", "organization", "location"]
+
+
+def test_names_are_normalized_but_their_display_form_is_kept():
+    assert normalize_name('  "Marie   Curie" ') == "Marie Curie"
+    assert normalize_name("**Acme Corp**") == "Acme Corp"
+    assert entity_key("“ACME   corp”") == entity_key("Acme Corp") == "acme corp"
+
+
+def test_the_parser_reads_entities_relations_and_keywords():
+    parsed = parse_extraction(
+        "\n".join(
+            [
+                "entity<|>Marie Curie<|>Person<|>A physicist.",
+                '("entity"<|>"University of Paris"<|>"organization"<|>"Where she worked.")##',
+                "1. relation<|>Marie Curie<|>University of Paris<|>research, workplace<|>She worked there.<|>7",
+                "content_keywords<|>radioactivity, physics",
+                "<|DONE|>",
+            ]
+        ),
+        entity_types=TYPES,
+    )
+
+    assert parsed.entities == [
+        {"name": "Marie Curie", "type": "person", "description": "A physicist."},
+        {"name": "University of Paris", "type": "organization", "description": "Where she worked."},
+    ]
+    assert parsed.relations == [
+        {
+            "source": "Marie Curie",
+            "target": "University of Paris",
+            "keywords": "research, workplace",
+            "description": "She worked there.",
+            "strength": 7.0,
+        }
+    ]
+    assert parsed.keywords == ["radioactivity", "physics"]
+    assert parsed.skipped == 0
+
+
+def test_bad_lines_are_skipped_and_counted():
+    parsed = parse_extraction(
+        "\n".join(
+            [
+                "Here are the entities:",
+                "entity<|>missing fields",
+                "entity<|> <|>person<|>No name.",
+                "relation<|>A<|>A<|>self<|>Loops are dropped.<|>5",
+                "relation<|>A<|>B",
+                "entity<|>Good One<|>person<|>Fine.",
+            ]
+        ),
+        entity_types=TYPES,
+    )
+
+    assert [entity["name"] for entity in parsed.entities] == ["Good One"]
+    assert parsed.skipped == 5
+
+
+def test_an_unknown_type_becomes_other_and_strengths_are_clamped():
+    parsed = parse_extraction(
+        "entity<|>Zed<|>spaceship<|>A ship.\n"
+        "relation<|>Zed<|>Ann<|>crew<|>Ann flies Zed.<|>42\n"
+        "relation<|>Zed<|>Bob<|>3<|>crew<|>Bob repairs Zed.",
+        entity_types=TYPES,
+    )
+
+    assert parsed.entities[0]["type"] == "other"
+    assert [relation["strength"] for relation in parsed.relations] == [10.0, 3.0]
+    assert parsed.relations[1]["keywords"] == "crew"
+
+
+def test_consolidation_gives_one_mention_per_key_and_per_unordered_pair():
+    entities, relations = consolidate(
+        {
+            "entities": [
+                {"name": "Acme Corp", "type": "organization", "description": "A company."},
+                {"name": "ACME corp", "type": "organization", "description": "It makes anvils."},
+            ],
+            "relations": [
+                {"source": "Acme Corp", "target": "Wile", "keywords": "supply", "description": "Sells.", "strength": 2},
+                {
+                    "source": "Wile",
+                    "target": "acme corp",
+                    "keywords": "Supply, trust",
+                    "description": "Buys.",
+                    "strength": 3,
+                },
+            ],
+        }
+    )
+
+    assert entities["acme corp"].name == "Acme Corp"
+    assert entities["acme corp"].description == "A company.\nIt makes anvils."
+    assert entities["wile"].type == ""  # only named by a relation
+    ((pair, relation),) = relations.items()
+    assert pair == ("acme corp", "wile")
+    assert (relation.strength, relation.keywords, relation.description) == (5.0, "supply, trust", "Sells.\nBuys.")
+
+
+def test_the_nlp_extractor_finds_people_and_organisations_and_links_them_by_sentence():
+    (records,) = nlp_extract(
+        [
+            "Ada Lovelace worked with Charles Babbage in London. "
+            "Babbage later joined the Royal Society. The weather was cold."
+        ],
+        entity_types=["person", "organization", "location", "concept"],
+    )
+
+    types = {entity["name"]: entity["type"] for entity in records["entities"]}
+    assert types["Ada Lovelace"] == "person"
+    assert types["Charles Babbage"] == "person"
+    assert types["London"] == "location"
+    assert types["Royal Society"] == "organization"
+    pair = next(
+        relation
+        for relation in records["relations"]
+        if {relation["source"], relation["target"]} == {"Ada Lovelace", "Charles Babbage"}
+    )
+    assert pair["description"] == "Ada Lovelace worked with Charles Babbage in London."
+    assert pair["strength"] == 1.0
+    assert "work" in pair["keywords"]
+    assert not any("weather" in (relation["source"] + relation["target"]) for relation in records["relations"])
+
+
+def test_the_nlp_extractor_is_deterministic():
+    text = ["Grace Hopper worked at Harvard University and later at Remington Rand."]
+
+    assert nlp_extract(text, entity_types=TYPES) == nlp_extract(text, entity_types=TYPES)
