@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from knowledge.evaluation.judging import parse_verdict, verdicts_for_systems, win_rates
 from knowledge.evaluation.questions import EvaluationError, evaluation_set_generate, parse_list
+from knowledge.evaluation.systems import sub_questions
 from knowledge.models import EvaluationRun, EvaluationSet, Membership, Role
 from knowledge.services import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user
@@ -439,3 +440,57 @@ def test_it_hides_runs_from_non_members(harbour, client):
 
     assert client.get(reverse("knowledge:evaluation", args=["acme"])).status_code == 404
     assert client.get(reverse("knowledge:evaluation_run", args=["acme", run.pk])).status_code == 404
+
+
+# The paper's baselines as retrieval variants -------------------------------------------------
+
+
+def _baselines_double(body: dict) -> str:
+    prompt = body["messages"][-1]["content"]
+    if prompt.startswith("Write a short passage"):
+        return "Velmar's harbour overtook Ostrand in 1990."
+    if prompt.startswith("Break this question"):
+        return (
+            'Sub-questions:\n```json\n["Which harbours exist?", "How did Velmar grow?", "Which harbours exist?"]\n```'
+        )
+    if body.get("stream"):
+        return f"Answer using: {body['messages'][0]['content'].count('Harbour report')} sources"
+    return _evaluation_double(body)
+
+
+def test_it_searches_with_the_embedding_of_a_hypothetical_passage_for_hyde(harbour, openai_double):
+    openai_double.reply(_baselines_double)
+
+    call_command("evaluate", workspace="acme", set_name="harbour", a="hyde", b="naive")
+
+    run = EvaluationRun.objects.get()
+    embedded = [request.body["input"] for request in openai_double.embedding_requests()]
+    assert ["Velmar's harbour overtook Ostrand in 1990."] in embedded
+    hyde = run.answers.filter(system="hyde").select_related("question").first()
+    assert hyde.retrieval_stats["hyde_passage"] == "Velmar's harbour overtook Ostrand in 1990."
+    assert hyde.text == "Answer using: 1 sources"
+    # the passage, its embedding, the answer
+    assert hyde.llm_calls == 3
+    answer_request = next(
+        r for r in openai_double.chat_requests() if r.body.get("stream") and hyde.question.text in r.last_user_message
+    )
+    assert answer_request.last_user_message == hyde.question.text
+
+
+def test_it_retrieves_each_sub_question_once_and_merges_their_sources_for_rqrag(harbour, openai_double):
+    openai_double.reply(_baselines_double)
+
+    call_command("evaluate", workspace="acme", set_name="harbour", a="rqrag", b="naive")
+
+    rqrag = EvaluationRun.objects.get().answers.filter(system="rqrag").first()
+    assert rqrag.retrieval_stats["sub_questions"] == ["Which harbours exist?", "How did Velmar grow?"]
+    # one source chunk found by both sub-questions appears once
+    assert rqrag.retrieval_stats["sources"] == 1
+    assert rqrag.text == "Answer using: 1 sources"
+    # the decomposition, one embedding request per sub-question, the answer
+    assert rqrag.llm_calls == 4
+
+
+def test_it_falls_back_to_the_question_when_the_decomposition_holds_no_list():
+    assert sub_questions("I can't split this.", question="Why?") == ["Why?"]
+    assert sub_questions('["a?", "b?", "c?", "d?", "e?"]', question="Why?") == ["a?", "b?", "c?", "d?"]
