@@ -41,6 +41,11 @@ def _workspace(request, slug: str, min_role: str = Role.VIEWER) -> Workspace:
     return workspace
 
 
+def _posted(request):
+    # A POST with an empty body is still a submission: it must be validated, not shown as a blank form.
+    return request.POST if request.method == "POST" else None
+
+
 def _can(workspace: Workspace, role: str) -> bool:
     return ROLE_RANK[workspace.role] >= ROLE_RANK[role]
 
@@ -64,7 +69,7 @@ def home(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def workspace_new(request):
-    form = WorkspaceCreateForm(request.POST or None)
+    form = WorkspaceCreateForm(_posted(request))
     if request.method == "POST" and form.is_valid():
         try:
             workspace = services.workspace_create(user=request.user, **form.cleaned_data)
@@ -112,7 +117,7 @@ def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, s
 @require_http_methods(["GET", "POST"])
 def upload(request, slug):
     workspace = _workspace(request, slug, Role.EDITOR)
-    form = UploadForm(request.POST or None, request.FILES or None)
+    form = UploadForm(_posted(request), request.FILES if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         limit, results = upload_limit_bytes(), []
         for uploaded in form.cleaned_data["files"]:
@@ -335,7 +340,7 @@ def member_remove(request, slug, pk):
 @require_http_methods(["GET", "POST"])
 def workspace_settings(request, slug):
     workspace = _workspace(request, slug, Role.OWNER)
-    form = WorkspaceSettingsForm(request.POST or None, instance=Workspace.objects.get(pk=workspace.pk))
+    form = WorkspaceSettingsForm(_posted(request), instance=Workspace.objects.get(pk=workspace.pk))
     if request.method == "POST" and form.is_valid():
         services.workspace_update(workspace=workspace, actor=request.user, **form.cleaned_data)
         messages.success(request, "Settings saved. They apply to documents ingested from now on.")
