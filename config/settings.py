@@ -157,6 +157,8 @@ STATIC_ROOT = DATA_DIR / "staticfiles"
 # Daphne serves no static files; WhiteNoise does, straight from the app folders, so a
 # local run needs no collectstatic step (the Docker image still runs it).
 WHITENOISE_USE_FINDERS = True
+# WhiteNoise also scans STATIC_ROOT at start-up and warns on every request when it is missing.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = DATA_DIR / "media"
 MEDIA_URL = "media/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = UPLOAD_MAX_MB * 1024 * 1024
