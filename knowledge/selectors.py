@@ -289,13 +289,14 @@ def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int]
         return [dict(zip(_AROUND_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
 
 
-def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[Relation]:
-    """The relations whose two endpoints are both among the entities, heaviest first, in one query."""
+def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
+    """The relations whose two endpoints are both among the entities, heaviest first, in one query:
+    dicts with id, source_id, target_id, weight and keywords."""
     ids = list(entity_ids)
     return list(
         Relation.objects.filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
-        .only("pk", "source_id", "target_id", "weight", "keywords")
-        .order_by("-weight", "pk")[:limit]
+        .order_by("-weight", "pk")
+        .values("id", "source_id", "target_id", "weight", "keywords")[:limit]
     )
 
 

@@ -20,9 +20,9 @@ def _csv_line(values: Sequence) -> str:
     return buffer.getvalue()
 
 
-def _row_tokens(row: Sequence, last_cell_tokens: int | None) -> int:
+def _row_tokens(line: str, row: Sequence, last_cell_tokens: int | None) -> int:
     if last_cell_tokens is None:
-        return count_tokens(_csv_line(row))
+        return count_tokens(line)
     # A chunk's tokens are known from ingestion; re-encoding 20 chunks of 1,200 tokens would
     # cost more than the whole search. The row costs at most its other cells, the text, one
     # token per quote CSV doubles and the two quotes around it (checked on real chunks).
@@ -41,10 +41,15 @@ def fit_table(
     head = f"-----{title}-----\n```csv\n{_csv_line(header)}"
     tail = "```\n"
     used = count_tokens(head) + count_tokens(tail)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
     lines = []
     for index, row in enumerate(rows):
-        line = _csv_line(row)
-        cost = _row_tokens(row, None if last_cell_tokens is None else last_cell_tokens[index])
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(row)
+        line = buffer.getvalue()
+        cost = _row_tokens(line, row, None if last_cell_tokens is None else last_cell_tokens[index])
         if used + cost > budget:
             break
         lines.append(line)
@@ -91,8 +96,8 @@ def build_subgraph(*, workspace, result: RetrievalResult, known: dict) -> dict:
     drawn = {edge["id"] for edge in edges}
     if len(node_ids) > 1:
         for r in relations_among_entities(workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES):
-            if f"r{r.pk}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
-                edges.append(_edge(r.pk, r.source_id, r.target_id, r.weight, r.keywords, None))
+            if f"r{r['id']}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
+                edges.append(_edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], None))
     return {"nodes": nodes, "edges": edges}
 
 
