@@ -155,7 +155,8 @@ def test_it_shows_an_entity_with_relations_and_sources_linked_to_the_chunk(owner
     page = owner_client.get(url("entity", workspace, ada.pk)).content.decode()
 
     assert "Mathematician." in page
-    assert "Charles Babbage" in page and "They worked together." in page
+    assert "Charles Babbage" in page
+    assert "They worked together." in page
     assert "Wrote the first program." in page
     assert url("document", workspace, small_graph["document"].pk, chunk=chunk.pk) in page
     assert "Countess of Lovelace" in page
