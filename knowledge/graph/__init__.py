@@ -1,0 +1,36 @@
+"""The graph: merging chunk records into entities and relations, and rebuilding them from provenance.
+
+Merging is additive and cheap: per batch of chunks, one transaction inserts the new entities
+and relations and the provenance rows. Descriptions, types, weights,
+keywords and vectors are then rebuilt from provenance (`rebuild_entities`,
+`rebuild_relations`), once per document for everything it touched, and again after a
+deletion or a curation merge. Rebuilding from provenance is what makes deletion exact.
+
+Concurrency: every write to an entity key (and to relations, whose endpoints are keys) holds a
+transaction-scoped advisory lock on that key, taken in sorted order. A rebuild computes
+outside the lock (summaries and embeddings can be slow) and writes under it only if the
+provenance it read is still what is there; otherwise it computes again.
+"""
+
+from knowledge.extraction import entity_key
+from knowledge.graph.describe import entity_embedding_text, relation_embedding_text
+from knowledge.graph.locks import lock_entity_keys
+from knowledge.graph.merge import MergeResult, merge_chunks
+from knowledge.graph.rebuild import RebuildResult, rebuild_entities, rebuild_relations
+from knowledge.graph.vectors import reembed_workspace, resize_vector_columns, update_rows, vector_dimensions
+
+__all__ = [
+    "MergeResult",
+    "RebuildResult",
+    "entity_embedding_text",
+    "entity_key",
+    "lock_entity_keys",
+    "merge_chunks",
+    "rebuild_entities",
+    "rebuild_relations",
+    "reembed_workspace",
+    "relation_embedding_text",
+    "resize_vector_columns",
+    "update_rows",
+    "vector_dimensions",
+]

@@ -1,0 +1,155 @@
+"""Merged descriptions (fragments, or summaries map-reduced past the context) and embedding texts."""
+
+import functools
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from knowledge import llm, prompts
+
+logger = logging.getLogger(__name__)
+
+# Room in the model's context for the prompt's own words and the answer.
+SUMMARY_PROMPT_OVERHEAD = 600
+
+
+def keyword_union(values: Iterable[str]) -> str:
+    seen: dict[str, str] = {}
+    for value in values:
+        for keyword in value.split(","):
+            keyword = " ".join(keyword.split())
+            if keyword:
+                seen.setdefault(keyword.casefold(), keyword)
+    return ", ".join(seen.values())
+
+
+@functools.lru_cache(maxsize=200_000)
+def _tokens(text: str) -> int:
+    from knowledge.tokens import count_tokens
+
+    return count_tokens(text)
+
+
+def _fragments(descriptions: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for description in descriptions:
+        for line in description.split("\n"):
+            line = line.strip()
+            if line:
+                seen.setdefault(line, None)
+    return list(seen)
+
+
+def _needs_summary(fragments: list[str]) -> bool:
+    return len(fragments) > settings.SUMMARY_TRIGGER or sum(map(_tokens, fragments)) > settings.SUMMARY_MAX_TOKENS
+
+
+def _within_budget(fragments: list[str]) -> str:
+    """As many fragments as fit in SUMMARY_MAX_TOKENS, in order (the first one cut if it alone is too long)."""
+    kept, used = [], 0
+    for fragment in fragments:
+        size = _tokens(fragment)
+        if used + size > settings.SUMMARY_MAX_TOKENS:
+            if not kept:
+                from knowledge.tokens import decode, encode
+
+                kept.append(decode(encode(fragment)[: settings.SUMMARY_MAX_TOKENS]))
+            break
+        kept.append(fragment)
+        used += size
+    return "\n".join(kept)
+
+
+@dataclass
+class _Summary:
+    kind: str
+    subject: str
+    fragments: list[str]
+    result: str = ""
+
+
+def _groups(fragments: list[str], budget: int) -> list[list[str]]:
+    groups, current, used = [], [], 0
+    for fragment in fragments:
+        size = _tokens(fragment)
+        if current and used + size > budget:
+            groups.append(current)
+            current, used = [], 0
+        current.append(fragment)
+        used += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _summarize(items: list[_Summary], usage: llm.Usage) -> None:
+    """LLM summaries, map-reduced: fragments past the context are summarized in groups first."""
+    budget = max(500, settings.LLM_CONTEXT_TOKENS - settings.SUMMARY_MAX_TOKENS - SUMMARY_PROMPT_OVERHEAD)
+    max_words = max(30, settings.SUMMARY_MAX_TOKENS * 3 // 4)
+    pending = list(items)
+    while pending:
+        calls, owners = [], []
+        for item in pending:
+            for group in _groups(item.fragments, budget):
+                calls.append(
+                    prompts.summary_messages(
+                        subject_kind=item.kind, subject=item.subject, fragments=group, max_words=max_words
+                    )
+                )
+                owners.append(item)
+        answers = llm.complete_many(calls, kind="summary", usage=usage, temperature=0)
+        errors = [answer for answer in answers if isinstance(answer, llm.LLMError)]
+        if errors:
+            raise errors[0]
+        by_item: dict[int, list[str]] = {}
+        for item, answer in zip(owners, answers, strict=True):
+            by_item.setdefault(id(item), []).append(answer.strip())
+        still = []
+        for item in pending:
+            parts = by_item[id(item)]
+            if len(parts) == 1:
+                item.result = parts[0]
+            else:
+                item.fragments = parts
+                still.append(item)
+        pending = still
+
+
+def describe(kind: str, subjects: dict[int, str], descriptions: dict[int, list[str]], usage, fallback) -> dict:
+    """id -> merged description: fragments joined, or summarized past the trigger (no LLM: budgeted fragments)."""
+    result, to_summarize = {}, []
+    for pk, subject in subjects.items():
+        fragments = _fragments(descriptions.get(pk, []))
+        if not _needs_summary(fragments):
+            result[pk] = "\n".join(fragments)
+        elif llm.chat_model_configured():
+            to_summarize.append((pk, _Summary(kind, subject, fragments)))
+        else:
+            result[pk] = _within_budget(fragments)
+    if to_summarize:
+        try:
+            _summarize([item for _, item in to_summarize], usage)
+            result.update({pk: item.result for pk, item in to_summarize})
+        except llm.LLMError:
+            if not fallback:
+                raise
+            logger.warning("summaries failed; keeping budgeted fragments for %d %ss", len(to_summarize), kind)
+            result.update({pk: _within_budget(_fragments(descriptions[pk])) for pk, _ in to_summarize})
+    return result
+
+
+def embed_changed(rows: dict[int, tuple[str, str, bool]]) -> dict[int, list[float]]:
+    """Vectors for rows whose embedding text changed (or that have none): id -> (old, new, has_vector)."""
+    changed = [pk for pk, (old, new, has_vector) in rows.items() if new != old or not has_vector]
+    vectors = llm.embed([rows[pk][1] for pk in changed], purpose="passage")
+    return dict(zip(changed, vectors, strict=True))
+
+
+def entity_embedding_text(name: str, description: str) -> str:
+    return f"{name}\n{description}".strip()
+
+
+def relation_embedding_text(keywords: str, source: str, target: str, description: str) -> str:
+    return f"{keywords}\n{source}\n{target}\n{description}".strip()
