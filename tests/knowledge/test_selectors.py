@@ -119,9 +119,16 @@ def test_it_finds_the_true_nearest_rows_of_one_workspace_among_ten(
     with django_assert_num_queries(1):
         found = selector(workspace=target, vector=query, k=5)
 
+    true_nearest = _true_nearest(rows_of(target), query, 5)
     assert {row.workspace_id for row in found} == {target.pk}
-    assert [row.pk for row in found] == _true_nearest(rows_of(target), query, 5)
-    assert found[0].distance <= found[-1].distance
+    assert len(found) == 5
+    assert [row.distance for row in found] == sorted(row.distance for row in found)
+    if exact_scan_max:
+        assert [row.pk for row in found] == true_nearest
+    else:
+        # HNSW is approximate, and random 384-d vectors (all nearly equidistant) are its worst
+        # case; the filtered scan must still bring back the workspace's rows, mostly the best.
+        assert len({row.pk for row in found} & set(true_nearest)) >= 4
 
 
 def test_it_drops_rows_below_the_similarity_floor(workspace):
