@@ -13,6 +13,7 @@ Records, as stored:
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from knowledge import llm, prompts
@@ -149,7 +150,8 @@ def _joined(parts: list[str]) -> str:
     return "\n".join(seen)
 
 
-def _keyword_union(values: list[str]) -> str:
+def keyword_union(values: Iterable[str]) -> str:
+    """Comma-separated keywords, de-duplicated case-insensitively, first spelling kept."""
     seen: dict[str, str] = {}
     for value in values:
         for keyword in value.split(","):
@@ -194,7 +196,7 @@ def consolidate(records: dict) -> tuple[dict[str, EntityMention], dict[tuple[str
     relations = {
         pair: RelationMention(
             pair=pair,
-            keywords=_keyword_union([part.get("keywords", "") for part in parts]),
+            keywords=keyword_union([part.get("keywords", "") for part in parts]),
             description=_joined([part.get("description", "") for part in parts]),
             strength=float(sum(part.get("strength", 1.0) for part in parts)),
         )

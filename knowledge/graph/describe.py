@@ -15,16 +15,6 @@ logger = logging.getLogger(__name__)
 SUMMARY_PROMPT_OVERHEAD = 600
 
 
-def keyword_union(values: Iterable[str]) -> str:
-    seen: dict[str, str] = {}
-    for value in values:
-        for keyword in value.split(","):
-            keyword = " ".join(keyword.split())
-            if keyword:
-                seen.setdefault(keyword.casefold(), keyword)
-    return ", ".join(seen.values())
-
-
 @functools.lru_cache(maxsize=200_000)
 def _tokens(text: str) -> int:
     from knowledge.tokens import count_tokens

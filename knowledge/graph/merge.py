@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.utils import timezone
 
-from knowledge.extraction import EntityMention, RelationMention, consolidate
-from knowledge.graph.describe import keyword_union
+from knowledge.extraction import EntityMention, RelationMention, consolidate, keyword_union
 from knowledge.graph.locks import lock_entity_keys
 from knowledge.models import Entity, EntityAlias, EntitySource, Relation, RelationSource
 

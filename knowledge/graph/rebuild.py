@@ -8,11 +8,11 @@ from django.db import transaction
 from django.db.models import Count, Max, Min
 
 from knowledge import llm
+from knowledge.extraction import keyword_union
 from knowledge.graph.describe import (
     describe,
     embed_changed,
     entity_embedding_text,
-    keyword_union,
     relation_embedding_text,
 )
 from knowledge.graph.locks import lock_entity_keys
