@@ -107,6 +107,21 @@ def serve_double(ready, dim: int) -> None:
         time.sleep(3600)
 
 
+def print_vector_table_stats(connection) -> None:
+    """Row writes per vector table: every insert and every update that is not HOT is an HNSW insertion."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT s.relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, "
+            "pg_size_pretty(pg_relation_size(indexrelid)) FROM pg_stat_user_tables s "
+            "JOIN pg_index ON indrelid = relid JOIN pg_class i ON i.oid = indexrelid "
+            "WHERE i.relname LIKE '%%embedding_hnsw' ORDER BY s.relname"
+        )
+        print("vector table          inserts   updates  HOT updates  HNSW index size")
+        for table, inserted, updated, hot, size in cursor.fetchall():
+            print(f"  {table:20s} {inserted:8,d} {updated:9,d} {hot:12,d}  {size:>10s}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=1_000_000, help="Corpus size in tokens (default 1M).")
@@ -211,6 +226,8 @@ def main() -> None:
         print(f"peak worker memory:   {peak_mb:,.0f} MB")
         for statement, times in sorted(sql_time.items(), key=lambda item: -sum(item[1]))[:12]:
             print(f"  {sum(times):7.2f} s {len(times):6d}x  {statement}")
+        if args.sql:
+            print_vector_table_stats(connection)
     finally:
         connection.close()
         if not args.keep:
