@@ -1,3 +1,9 @@
+# Front-end libraries from the npm registry, pinned by package-lock.json (see `make vendor`).
+FROM node:20 AS vendor
+WORKDIR /src
+COPY Makefile package.json package-lock.json ./
+RUN make vendor
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -10,6 +16,7 @@ COPY chat ./chat
 RUN pip install .
 
 COPY . .
+COPY --from=vendor /src/static/vendor ./static/vendor
 RUN SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput
 
 RUN useradd --create-home app && mkdir -p /app/.data && chown -R app /app/.data
