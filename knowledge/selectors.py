@@ -127,8 +127,21 @@ def chunks_nearest(
     k: int,
     min_similarity: float | None = None,
 ) -> list[Chunk]:
+    """The k chunks of the workspace closest to `vector`, with their document's title loaded."""
     return _nearest(
-        Chunk.objects.filter(workspace=workspace),
+        Chunk.objects.filter(workspace=workspace)
+        .select_related("document")
+        .only(
+            "pk",
+            "workspace_id",
+            "document_id",
+            "order",
+            "text",
+            "token_count",
+            "char_start",
+            "char_end",
+            "document__title",
+        ),
         size=workspace.chunk_count,
         vector=vector,
         k=k,
@@ -381,22 +394,3 @@ def chunks_supporting(
     with connection.cursor() as cursor:
         cursor.execute(_CHUNKS_SUPPORTING_SQL, params)
         return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
-
-
-def chunks_nearest_with_documents(
-    *,
-    workspace: Workspace,
-    vector: Sequence[float],
-    k: int,
-    min_similarity: float | None = None,
-) -> list[Chunk]:
-    """Like `chunks_nearest`, with each chunk's document title loaded and no vectors, in one query."""
-    return _nearest(
-        Chunk.objects.filter(workspace=workspace)
-        .select_related("document")
-        .only("pk", "document_id", "order", "text", "token_count", "char_start", "char_end", "document__title"),
-        size=workspace.chunk_count,
-        vector=vector,
-        k=k,
-        min_similarity=min_similarity,
-    )

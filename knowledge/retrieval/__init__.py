@@ -39,7 +39,7 @@ from knowledge.retrieval.results import (
     RetrievalResult,
 )
 from knowledge.selectors import (
-    chunks_nearest_with_documents,
+    chunks_nearest,
     chunks_supporting,
     entities_nearest,
     entities_with_degrees,
@@ -184,9 +184,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             workspace=workspace, vector=vectors.high_level, k=top_k, min_similarity=floor
         )
     if mode in _CHUNK_SEARCH_MODES:
-        found_chunks = chunks_nearest_with_documents(
-            workspace=workspace, vector=vectors.question, k=chunk_top_k, min_similarity=floor
-        )
+        found_chunks = chunks_nearest(workspace=workspace, vector=vectors.question, k=chunk_top_k, min_similarity=floor)
     stats.lap("vector_search")
 
     entity_candidates, relation_candidates, known = _graph_candidates(
