@@ -1,8 +1,9 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from knowledge.models import Document, Workspace
+from knowledge.management import workspace_by_slug
+from knowledge.models import Document
 
 FIELDS = ["id", "title", "status", "chunk_count", "chunks_done", "entity_count", "relation_count", "token_count"]
 COUNTERS = ["prompt_tokens", "completion_tokens", "llm_calls"]
@@ -16,9 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
     def handle(self, *args, workspace, **options):
-        found = Workspace.objects.filter(slug=workspace).first()
-        if found is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+        found = workspace_by_slug(workspace)
         rows = list(Document.objects.filter(workspace=found).order_by("pk").values(*FIELDS, *COUNTERS, "error"))
         if options["json"]:
             self.stdout.write(_dumps(rows))

@@ -4,7 +4,8 @@ from django.urls import reverse
 from knowledge.evaluation import SYSTEMS
 from knowledge.evaluation.questions import EvaluationError
 from knowledge.evaluation.runs import evaluation_run_execute, evaluation_run_start, summary_table
-from knowledge.models import EvaluationSet, Workspace
+from knowledge.management import workspace_by_slug
+from knowledge.models import EvaluationSet
 
 
 class Command(BaseCommand):
@@ -21,9 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--judge-model", default="", help="Chat model that judges (default: LLM_MODEL).")
 
     def handle(self, *args, workspace, set_name, a, b, judge_model, **options):
-        target = Workspace.objects.filter(slug=workspace).first()
-        if target is None:
-            raise CommandError(f"No workspace with slug {workspace!r}.")
+        target = workspace_by_slug(workspace)
         evaluation_set = EvaluationSet.objects.filter(workspace=target, name=set_name).first()
         if evaluation_set is None:
             names = ", ".join(EvaluationSet.objects.filter(workspace=target).values_list("name", flat=True))

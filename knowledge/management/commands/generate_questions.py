@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from knowledge.evaluation.questions import EvaluationError, evaluation_set_generate
-from knowledge.models import Workspace
+from knowledge.management import workspace_by_slug
 
 
 class Command(BaseCommand):
@@ -19,9 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--questions", type=int, default=5, help="Questions per user and task.")
 
     def handle(self, *args, workspace, name, users, tasks, questions, **options):
-        target = Workspace.objects.filter(slug=workspace).first()
-        if target is None:
-            raise CommandError(f"No workspace with slug {workspace!r}.")
+        target = workspace_by_slug(workspace)
         name = name or f"questions-{timezone.now():%Y-%m-%d-%H%M}"
         try:
             evaluation_set = evaluation_set_generate(

@@ -1,9 +1,10 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.db.models import Count, Sum
 
-from knowledge.models import Chunk, Document, Entity, Relation, Workspace
+from knowledge.management import workspace_by_slug
+from knowledge.models import Chunk, Document, Entity, Relation
 
 
 class Command(BaseCommand):
@@ -14,9 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print JSON instead of lines.")
 
     def handle(self, *args, workspace, **options):
-        found = Workspace.objects.filter(slug=workspace).first()
-        if found is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+        found = workspace_by_slug(workspace)
         documents = Document.objects.filter(workspace=found)
         totals = documents.aggregate(
             corpus_tokens=Sum("token_count"),

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive, astream_answer
 from knowledge.llm import LLMError, Usage
-from knowledge.models import Workspace
+from knowledge.management import workspace_by_slug
 from knowledge.retrieval import DEFAULT_TOP_K, MODES, retrieve
 
 
@@ -25,9 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--context-only", action="store_true", help="print the context instead of answering")
 
     def handle(self, *args, question, workspace, mode, top_k, chunk_top_k, response_type, **options):
-        found = Workspace.objects.filter(slug=workspace).first()
-        if found is None:
-            raise CommandError(f"No workspace with slug {workspace!r}.")
+        found = workspace_by_slug(workspace)
         usage = Usage()
         try:
             result = retrieve(

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from knowledge import graph, llm
+from knowledge.management import workspace_by_slug
 from knowledge.models import Workspace
 
 
@@ -17,9 +18,7 @@ class Command(BaseCommand):
     def handle(self, *args, workspace, **options):
         current = graph.vector_dimensions()
         if workspace:
-            found = Workspace.objects.filter(slug=workspace).first()
-            if found is None:
-                raise CommandError(f"No workspace {workspace!r}.")
+            found = workspace_by_slug(workspace)
             if current != settings.EMBEDDING_DIM:
                 raise CommandError(
                     f"The vector columns hold {current} dimensions but EMBEDDING_DIM is {settings.EMBEDDING_DIM}; "
