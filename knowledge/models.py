@@ -164,8 +164,9 @@ class Relation(models.Model):
     """An undirected edge: one row per unordered pair, stored with source_id < target_id."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="relations")
-    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=True)
-    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=True)
+    # Indexed below, with what graph walks read, so they never touch the wide rows.
+    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=False)
+    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=False)
     keywords = models.TextField(blank=True)
     description = models.TextField(blank=True)
     weight = models.FloatField(default=0.0)
@@ -178,10 +179,34 @@ class Relation(models.Model):
             models.UniqueConstraint(fields=["workspace", "source", "target"], name="relation_unique_pair"),
             models.CheckConstraint(condition=Q(source__lt=F("target")), name="relation_pair_ordered"),
         ]
-        indexes = [embedding_index("relation")]
+        # Covering indexes: one-hop expansion and the edges among a subgraph's nodes are
+        # index-only scans, where a heap fetch would read a page of vectors per relation.
+        indexes = [
+            embedding_index("relation"),
+            models.Index(fields=["source"], include=["target", "workspace", "weight", "id"], name="relation_by_source"),
+            models.Index(fields=["target"], include=["source", "workspace", "weight", "id"], name="relation_by_target"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.source_id} - {self.target_id}"
+
+
+class EntityDegree(models.Model):
+    """How many relations touch an entity: written only by triggers on knowledge_relation
+    (migration 0003), so every writer of relations (merge, deletion, curation, undo, raw SQL)
+    keeps it exact. Entities without relations have no row.
+
+    Ranking reads the degrees of hundreds of entities per query, and counting them from the
+    relation table costs more than the rest of the query. It is a table of its own because
+    updating a column of Entity would write a new row version, and with it a new HNSW entry
+    for an unchanged vector.
+    """
+
+    entity = models.OneToOneField(Entity, on_delete=models.CASCADE, primary_key=True, related_name="degree_row")
+    degree = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"entity {self.entity_id}: {self.degree}"
 
 
 class EntitySource(models.Model):

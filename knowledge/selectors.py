@@ -41,26 +41,23 @@ def workspace_for_user(user, slug: str, min_role: str = Role.VIEWER) -> Workspac
     return workspace
 
 
-def _count_where(field: str, outer: str) -> Coalesce:
-    rows = (
-        Relation.objects.filter(**{field: OuterRef(outer)}).order_by().values(field).annotate(n=Count("*")).values("n")
-    )
-    return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
-
-
-def _degree_of(outer: str):
-    return _count_where("source", outer) + _count_where("target", outer)
+def _degree_of(entity: str = "") -> Coalesce:
+    """The degree of the entity at the lookup path `entity` ("" for the queried entity itself),
+    read from EntityDegree, which triggers keep equal to the count of its relations."""
+    return Coalesce(f"{entity}degree_row__degree", 0)
 
 
 def entity_degrees(*, entity_ids: Iterable[int]) -> dict[int, int]:
     """Degree (number of relations) of each entity, in one query."""
-    rows = Entity.objects.filter(pk__in=list(entity_ids)).annotate(degree=_degree_of("pk"))
+    rows = Entity.objects.filter(pk__in=list(entity_ids)).annotate(degree=_degree_of())
     return dict(rows.values_list("pk", "degree"))
 
 
 def relation_ranks(*, relation_ids: Iterable[int]) -> dict[int, int]:
     """Edge rank (sum of both endpoints' degrees) of each relation, in one query."""
-    rows = Relation.objects.filter(pk__in=list(relation_ids)).annotate(rank=_degree_of("source") + _degree_of("target"))
+    rows = Relation.objects.filter(pk__in=list(relation_ids)).annotate(
+        rank=_degree_of("source__") + _degree_of("target__")
+    )
     return dict(rows.values_list("pk", "rank"))
 
 
@@ -76,15 +73,19 @@ def _nearest(
     queryset = (
         queryset.exclude(embedding=None).defer("embedding").annotate(distance=CosineDistance("embedding", vector))
     )
-    if min_similarity is not None:
-        queryset = queryset.filter(distance__lte=1.0 - min_similarity)
     # pgvector < 0.8 filters HNSW results after the scan, so a small workspace in a big
     # table can come back short. Below the threshold an exact scan over the workspace's
     # rows is both correct and fast; ordering by an expression the index cannot serve
     # (distance + 0) is what makes the planner choose it.
     if size <= settings.VECTOR_EXACT_SCAN_MAX:
-        return list(queryset.order_by(F("distance") + 0.0, "pk")[:k])
-    return list(queryset.order_by("distance")[:k])
+        rows = list(queryset.order_by(F("distance") + 0.0, "pk")[:k])
+    else:
+        rows = list(queryset.order_by("distance")[:k])
+    # The rows come nearest first, so the similarity floor keeps a prefix of them: applied
+    # here it gives the same rows as in SQL, without sending the vector twice.
+    if min_similarity is not None:
+        rows = [row for row in rows if row.distance <= 1.0 - min_similarity]
+    return rows
 
 
 def entities_nearest(
@@ -94,9 +95,11 @@ def entities_nearest(
     k: int,
     min_similarity: float | None = None,
 ) -> list[Entity]:
-    """The k entities of the workspace closest to `vector` by cosine, each with `.distance`."""
+    """The k entities of the workspace closest to `vector` by cosine, each with `.distance` and `.degree`."""
     return _nearest(
-        Entity.objects.filter(workspace=workspace),
+        Entity.objects.filter(workspace=workspace)
+        .only("pk", "workspace_id", "key", "name", "type", "description")
+        .annotate(degree=_degree_of()),
         size=workspace.entity_count,
         vector=vector,
         k=k,
@@ -111,8 +114,22 @@ def relations_nearest(
     k: int,
     min_similarity: float | None = None,
 ) -> list[Relation]:
+    """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
+    type, description) and their degrees as `.source_degree` and `.target_degree`."""
     return _nearest(
-        Relation.objects.filter(workspace=workspace),
+        Relation.objects.filter(workspace=workspace)
+        .select_related("source", "target")
+        .only(
+            "pk",
+            "workspace_id",
+            "source_id",
+            "target_id",
+            "keywords",
+            "description",
+            "weight",
+            *(f"{end}__{name}" for end in ("source", "target") for name in ("name", "type", "description")),
+        )
+        .annotate(source_degree=_degree_of("source__"), target_degree=_degree_of("target__")),
         size=workspace.relation_count,
         vector=vector,
         k=k,
@@ -176,7 +193,7 @@ def entities_browse(
         entities = entities.filter(Q(name__icontains=query) | Q(aliases__name__icontains=query)).distinct()
     if type:
         entities = entities.filter(type=type)
-    entities = entities.annotate(degree=_degree_of("pk"), document_count=_document_count())
+    entities = entities.annotate(degree=_degree_of(), document_count=_document_count())
     return entities.order_by(*ENTITY_ORDERINGS.get(order, ENTITY_ORDERINGS["degree"])).defer("embedding")
 
 
@@ -211,7 +228,7 @@ def graph_top(*, workspace: Workspace, limit: int) -> dict:
     """The `limit` best-connected entities and the relations among them, shaped for Cytoscape."""
     top = list(
         Entity.objects.filter(workspace=workspace)
-        .annotate(degree=_degree_of("pk"))
+        .annotate(degree=_degree_of())
         .order_by("-degree", "name", "pk")
         .values("pk", "name", "type", "degree")[:limit]
     )
@@ -236,34 +253,17 @@ def graph_top(*, workspace: Workspace, limit: int) -> dict:
     }
 
 
-def entities_with_degrees(*, workspace: Workspace, entity_ids: Iterable[int]) -> dict[int, Entity]:
-    """The entities with these ids (without their vectors), each annotated with `degree`, in one query."""
-    rows = (
-        Entity.objects.filter(workspace=workspace, pk__in=list(entity_ids))
-        .only("pk", "name", "type", "description")
-        .annotate(degree=_degree_of("pk"))
-    )
-    return {entity.pk: entity for entity in rows}
-
-
-# Degrees are counted once per distinct endpoint (a hub's neighbours share it), the
-# candidates ranked on ids and numbers alone, and only the rows kept are joined to their text.
+# The candidates are ranked on ids and numbers alone; only the rows kept are joined to their text.
+# Degrees are looked up per candidate: a join lets the planner hash the whole degree table.
 _RELATIONS_AROUND_SQL = """
 WITH candidates AS MATERIALIZED (
-    SELECT id, source_id, target_id, weight FROM knowledge_relation
-    WHERE workspace_id = %(workspace_id)s AND (source_id = ANY(%(ids)s) OR target_id = ANY(%(ids)s))
-), endpoints AS (
-    SELECT source_id AS id FROM candidates UNION SELECT target_id FROM candidates
-), degrees AS MATERIALIZED (
-    SELECT e.id,
-           (SELECT count(*) FROM knowledge_relation r WHERE r.source_id = e.id)
-           + (SELECT count(*) FROM knowledge_relation r WHERE r.target_id = e.id) AS degree
-    FROM endpoints e
+    SELECT c.id, c.source_id, c.target_id, c.weight,
+           coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.source_id), 0) AS source_degree,
+           coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.target_id), 0) AS target_degree
+    FROM knowledge_relation c
+    WHERE c.workspace_id = %(workspace_id)s AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
 ), ranked AS (
-    SELECT c.id, c.source_id, c.target_id, c.weight, s.degree AS source_degree, t.degree AS target_degree
-    FROM candidates c JOIN degrees s ON s.id = c.source_id JOIN degrees t ON t.id = c.target_id
-    ORDER BY s.degree + t.degree DESC, c.weight DESC, c.id
-    LIMIT %(limit)s
+    SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
 )
 SELECT k.id, k.source_id, k.target_id, r.keywords, r.description, k.weight,
        k.source_degree, k.target_degree, s.name, s.type, t.name, t.type

@@ -16,6 +16,7 @@ from knowledge.models import (
     RelationSource,
     Workspace,
 )
+from knowledge.selectors import entity_degrees
 from tests.factories import make_entity, make_workspace, random_vector
 
 FACTS = {
@@ -200,6 +201,47 @@ def test_it_undoes_merges_newest_first_and_only_once(ibm, workspace, owner):
     with pytest.raises(CurationError, match="already been undone"):
         entity_merge_undo(merge_log=first, actor=owner)
     assert MergeLog.objects.filter(undone_at=None).count() == 0
+
+
+def _counted_degrees(workspace) -> dict[str, int]:
+    degrees = dict.fromkeys(Entity.objects.filter(workspace=workspace).values_list("key", flat=True), 0)
+    for relation in Relation.objects.filter(workspace=workspace).select_related("source", "target"):
+        degrees[relation.source.key] += 1
+        degrees[relation.target.key] += 1
+    return degrees
+
+
+def _stored_degrees(workspace) -> dict[str, int]:
+    entities = dict(Entity.objects.filter(workspace=workspace).values_list("pk", "key"))
+    return {entities[pk]: degree for pk, degree in entity_degrees(entity_ids=entities).items()}
+
+
+def test_stored_degrees_follow_ingestion_merge_undo_and_deletion(ibm, workspace, owner):
+    assert (
+        _stored_degrees(workspace)
+        == _counted_degrees(workspace)
+        == {
+            "ibm": 3,
+            "i.b.m.": 3,
+            "international business machines": 2,
+            "armonk": 2,
+            "watson": 2,
+        }
+    )
+
+    log = entity_merge(survivor=ibm["ibm"], others=[ibm["i.b.m."], ibm["international business machines"]], actor=owner)
+    assert _stored_degrees(workspace) == _counted_degrees(workspace) == {"ibm": 2, "armonk": 1, "watson": 1}
+
+    _ingest(workspace, "four.txt", "I.B.M. hired Ada in Armonk.")
+    assert _stored_degrees(workspace) == _counted_degrees(workspace) == {"ibm": 3, "armonk": 1, "watson": 1, "ada": 1}
+
+    entity_merge_undo(merge_log=log, actor=owner)
+    assert _stored_degrees(workspace) == _counted_degrees(workspace)
+    assert _stored_degrees(workspace)["i.b.m."] == 3
+
+    services.document_delete(document=workspace.documents.get(title="one"))
+    assert _stored_degrees(workspace) == _counted_degrees(workspace)
+    assert "armonk" not in _stored_degrees(workspace)
 
 
 def test_it_refuses_to_merge_across_workspaces_or_with_nothing(ibm, workspace, owner):
