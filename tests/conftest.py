@@ -31,3 +31,12 @@ def openai_double(settings):
     settings.LLM_RETRY_BACKOFF = 0.0
     yield double
     double.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_retrieval_connections(django_db_setup):
+    """Retrieval's pool threads keep connections open; the test database can only be dropped without them."""
+    yield
+    from knowledge.retrieval.concurrent import close_connections
+
+    close_connections()

@@ -13,6 +13,7 @@ Every stage costs a fixed number of SQL queries whatever top_k is (see tests), a
 queryset is filtered by the workspace.
 """
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
@@ -22,7 +23,15 @@ from django.db import connection
 
 from knowledge import llm
 from knowledge.models import Workspace
-from knowledge.retrieval.context import build_citations, build_subgraph, fit_table, prompt_overhead
+from knowledge.retrieval.concurrent import run_together
+from knowledge.retrieval.context import (
+    SUBGRAPH_MAX_EDGES,
+    build_citations,
+    build_subgraph,
+    fit_table,
+    prompt_overhead,
+    subgraph_nodes,
+)
 from knowledge.retrieval.keywords import (
     Keywords,
     extract_keywords,
@@ -42,7 +51,7 @@ from knowledge.selectors import (
     chunks_nearest,
     chunks_supporting,
     entities_nearest,
-    entities_with_degrees,
+    relations_among_entities,
     relations_around_entities,
     relations_nearest,
 )
@@ -82,9 +91,11 @@ class _Stats:
         self.sql_queries = 0
         self.timings: dict[str, float] = {}
         self._mark = time.perf_counter()
+        self._lock = threading.Lock()
 
     def count_query(self, execute, sql, params, many, context):
-        self.sql_queries += 1
+        with self._lock:  # queries also run on pool threads
+            self.sql_queries += 1
         return execute(sql, params, many, context)
 
     def lap(self, stage: str) -> None:
@@ -176,20 +187,27 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     stats.lap("embedding")
 
     floor = settings.RETRIEVAL_MIN_SIMILARITY
-    found_entities = found_relations = found_chunks = []
+    searches = {}
     if mode in _LOCAL_MODES:
-        found_entities = entities_nearest(workspace=workspace, vector=vectors.low_level, k=top_k, min_similarity=floor)
+        searches["local"] = lambda: _local_search(
+            workspace=workspace, vector=vectors.low_level, k=top_k, floor=floor, budgets=budgets
+        )
     if mode in _GLOBAL_MODES:
-        found_relations = relations_nearest(
+        searches["global"] = lambda: relations_nearest(
             workspace=workspace, vector=vectors.high_level, k=top_k, min_similarity=floor
         )
     if mode in _CHUNK_SEARCH_MODES:
-        found_chunks = chunks_nearest(workspace=workspace, vector=vectors.question, k=chunk_top_k, min_similarity=floor)
-    stats.lap("vector_search")
+        searches["chunks"] = lambda: chunks_nearest(
+            workspace=workspace, vector=vectors.question, k=chunk_top_k, min_similarity=floor
+        )
+    found = run_together(searches, wrapper=stats.count_query)
+    stats.lap("search")
 
+    found_entities, one_hop = found.get("local", ([], []))
     entity_candidates, relation_candidates, known = _graph_candidates(
-        workspace=workspace, found_entities=found_entities, found_relations=found_relations, mode=mode, budgets=budgets
+        found_entities=found_entities, one_hop=one_hop, found_relations=found.get("global", []), mode=mode
     )
+    found_chunks = found.get("chunks", [])
     stats.lap("graph")
 
     overhead = prompt_overhead(question, history)
@@ -216,9 +234,10 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     for i, row in enumerate(result.relations, 1):
         row.id = f"R{i}"
 
-    provenance = []
+    node_ids = subgraph_nodes(result, known)
+    lookups = {}
     if mode != "naive":
-        provenance = chunks_supporting(
+        lookups["provenance"] = lambda: chunks_supporting(
             workspace=workspace,
             entity_ids=[row.entity_id for row in result.entities],
             relation_ids=[row.relation_id for row in result.relations],
@@ -226,6 +245,15 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             from_relations=mode in _GLOBAL_MODES,
             k=chunk_top_k,
         )
+    if len(node_ids) > 1:
+        lookups["edges"] = lambda: relations_among_entities(
+            workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES
+        )
+    looked_up = run_together(lookups, wrapper=stats.count_query)
+    provenance = looked_up.get("provenance", [])
+    result.subgraph = build_subgraph(result, known, node_ids, looked_up.get("edges", []))
+    stats.lap("lookups")
+
     graph_chunks = [
         ChunkRow(id="", text=c["text"], found_by="graph", **{name: c[name] for name in _CHUNK_FIELDS})
         for c in provenance
@@ -257,10 +285,6 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     result.chunks = chunk_candidates[:kept]
     for i, row in enumerate(result.chunks, 1):
         row.id = f"S{i}"
-    stats.lap("chunks")
-
-    result.subgraph = build_subgraph(workspace=workspace, result=result, known=known)
-    stats.lap("subgraph")
 
     result.context = "\n".join(table for table in (entity_table, relation_table, chunk_table) if table)
     result.citations = build_citations(result, provenance)
@@ -278,34 +302,34 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
 _CHUNK_FIELDS = ("chunk_id", "document_id", "document_title", "token_count", "char_start", "char_end", "support")
 
 
-def _graph_candidates(*, workspace, found_entities, found_relations, mode, budgets):
+def _local_search(*, workspace, vector, k, floor, budgets) -> tuple[list, list[dict]]:
+    """The entities nearest to the low-level keywords and their one-hop relations, best first."""
+    found = entities_nearest(workspace=workspace, vector=vector, k=k, min_similarity=floor)
+    if not found:
+        return [], []
+    one_hop = relations_around_entities(
+        workspace=workspace,
+        entity_ids=[entity.pk for entity in found],
+        limit=budgets.relations // _MIN_RELATION_ROW_TOKENS + 1,
+    )
+    return found, one_hop
+
+
+def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
     """Entity and relation rows in LightRAG's order, before budgets; plus what is known of
     every entity seen (name, type, degree), for the subgraph."""
-    endpoint_ids = [end for relation in found_relations for end in (relation.source_id, relation.target_id)]
-    entities = {}
-    if found_entities or found_relations:
-        entities = entities_with_degrees(
-            workspace=workspace, entity_ids={entity.pk for entity in found_entities} | set(endpoint_ids)
-        )
-    known = {pk: (entity.name, entity.type, entity.degree) for pk, entity in entities.items()}
+    known = {}
 
-    def entity_row(pk: int) -> EntityRow:
-        entity = entities[pk]
+    def entity_row(entity, degree: int) -> EntityRow:
+        known[entity.pk] = (entity.name, entity.type, degree)
         return EntityRow(
-            id="", entity_id=pk, name=entity.name, type=entity.type, description=entity.description, rank=entity.degree
+            id="", entity_id=entity.pk, name=entity.name, type=entity.type, description=entity.description, rank=degree
         )
 
     local_entities = [
-        entity_row(entity.pk)
-        for entity in sorted(found_entities, key=lambda entity: (-entities[entity.pk].degree, entity.distance))
+        entity_row(entity, entity.degree)
+        for entity in sorted(found_entities, key=lambda entity: (-entity.degree, entity.distance))
     ]
-    one_hop = []
-    if found_entities:
-        one_hop = relations_around_entities(
-            workspace=workspace,
-            entity_ids=[entity.pk for entity in found_entities],
-            limit=budgets.relations // _MIN_RELATION_ROW_TOKENS + 1,
-        )
     for row in one_hop:
         known.setdefault(row["source_id"], (row["source_name"], row["source_type"], row["source_degree"]))
         known.setdefault(row["target_id"], (row["target_name"], row["target_type"], row["target_degree"]))
@@ -324,24 +348,29 @@ def _graph_candidates(*, workspace, found_entities, found_relations, mode, budge
         )
         for row in one_hop
     ]
-    global_relations = [
-        RelationRow(
-            id="",
-            relation_id=r.pk,
-            source_id=r.source_id,
-            target_id=r.target_id,
-            source=entities[r.source_id].name,
-            target=entities[r.target_id].name,
-            keywords=r.keywords,
-            description=r.description,
-            weight=r.weight,
-            rank=entities[r.source_id].degree + entities[r.target_id].degree,
-        )
-        for r in found_relations
-    ]
-    global_relations.sort(key=lambda row: (-row.rank, -row.weight))
+    global_relations = sorted(
+        (
+            RelationRow(
+                id="",
+                relation_id=r.pk,
+                source_id=r.source_id,
+                target_id=r.target_id,
+                source=r.source.name,
+                target=r.target.name,
+                keywords=r.keywords,
+                description=r.description,
+                weight=r.weight,
+                rank=r.source_degree + r.target_degree,
+            )
+            for r in found_relations
+        ),
+        key=lambda row: (-row.rank, -row.weight),
+    )
+    ends = {}
+    for r in found_relations:
+        ends[r.source_id], ends[r.target_id] = (r.source, r.source_degree), (r.target, r.target_degree)
     endpoints_in_order = dict.fromkeys(end for row in global_relations for end in (row.source_id, row.target_id))
-    global_entities = [entity_row(pk) for pk in endpoints_in_order]
+    global_entities = [entity_row(*ends[pk]) for pk in endpoints_in_order]
 
     if mode == "local":
         return local_entities, local_relations, known

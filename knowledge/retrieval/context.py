@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from knowledge.query_prompts import ANSWER_SYSTEM
 from knowledge.retrieval.results import RetrievalResult
-from knowledge.selectors import relations_among_entities
 from knowledge.tokens import count_tokens
 
 SUBGRAPH_MAX_NODES = 150
@@ -75,30 +74,35 @@ def _shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text[:limit].rsplit(" ", 1)[0] + "…"
 
 
-def build_subgraph(*, workspace, result: RetrievalResult, known: dict) -> dict:
-    """Retrieved entities first (by their order), then endpoints of retrieved relations by
-    degree; retrieved relations, then other relations among those nodes."""
-    row_of_entity = {row.entity_id: row.id for row in result.entities}
-    endpoints = {end for row in result.relations for end in (row.source_id, row.target_id)} - set(row_of_entity)
-    node_ids = [*row_of_entity, *sorted(endpoints, key=lambda pk: (-known[pk][2], known[pk][0]))][:SUBGRAPH_MAX_NODES]
-    if not node_ids:
-        return {"nodes": [], "edges": []}
-    in_graph = set(node_ids)
-    nodes = [
-        {"id": str(pk), "label": known[pk][0], "type": known[pk][1], "rank": known[pk][2], "row": row_of_entity.get(pk)}
-        for pk in node_ids
-    ]
+def subgraph_nodes(result: RetrievalResult, known: dict) -> dict[int, str | None]:
+    """The entities to draw, most important first: the retrieved ones in their order, then the
+    endpoints of retrieved relations by degree. Maps each to its context row id (or None)."""
+    nodes = {row.entity_id: row.id for row in result.entities}
+    endpoints = {end for row in result.relations for end in (row.source_id, row.target_id)} - set(nodes)
+    for pk in sorted(endpoints, key=lambda pk: (-known[pk][2], known[pk][0])):
+        nodes[pk] = None
+    return dict(list(nodes.items())[:SUBGRAPH_MAX_NODES])
+
+
+def build_subgraph(result: RetrievalResult, known: dict, nodes: dict[int, str | None], among: list[dict]) -> dict:
+    """The subgraph to draw: the nodes; the retrieved relations among them, then the other
+    relations among them (`among`, from relations_among_entities)."""
     edges = [
         _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.id)
         for row in result.relations
-        if row.source_id in in_graph and row.target_id in in_graph
+        if row.source_id in nodes and row.target_id in nodes
     ][:SUBGRAPH_MAX_EDGES]
     drawn = {edge["id"] for edge in edges}
-    if len(node_ids) > 1:
-        for r in relations_among_entities(workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES):
-            if f"r{r['id']}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
-                edges.append(_edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], None))
-    return {"nodes": nodes, "edges": edges}
+    for r in among:
+        if f"r{r['id']}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
+            edges.append(_edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], None))
+    return {
+        "nodes": [
+            {"id": str(pk), "label": known[pk][0], "type": known[pk][1], "rank": known[pk][2], "row": row}
+            for pk, row in nodes.items()
+        ],
+        "edges": edges,
+    }
 
 
 def _edge(pk: int, source_id: int, target_id: int, weight: float, keywords: str, row: str | None) -> dict:

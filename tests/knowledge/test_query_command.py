@@ -48,7 +48,7 @@ def test_it_prints_everything_as_one_json_object(science):
     assert data["entities"][0]["name"] == "Marie Curie"
     assert len(data["entities"]) <= 3
     assert data["stats"]["sql_queries"] > 0
-    assert set(data["stats"]["timings"]) >= {"keywords", "embedding", "vector_search", "chunks"}
+    assert set(data["stats"]["timings"]) >= {"keywords", "embedding", "search", "graph", "lookups", "context"}
     assert "[S1]" in data["answer"]
 
 

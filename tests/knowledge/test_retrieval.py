@@ -1,10 +1,12 @@
 import re
+import threading
 
 import pytest
+from django.db import transaction
 
 from knowledge.llm import embed
 from knowledge.models import EntitySource
-from knowledge.retrieval import MODES, Budgets, Keywords, nlp_keywords, parse_keywords, retrieve
+from knowledge.retrieval import MODES, Budgets, Keywords, concurrent, nlp_keywords, parse_keywords, retrieve
 from knowledge.services import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_workspace
 from tests.knowledge.team_graph import LOW, QUESTION, ask, axis, build_team_graph
@@ -170,7 +172,7 @@ def test_it_never_retrieves_from_another_workspace(graph, workspace):
 
 
 @pytest.mark.parametrize(
-    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 4), ("local", 5), ("hybrid", 6), ("mix", 7)]
+    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 3), ("local", 4), ("hybrid", 5), ("mix", 6)]
 )
 @pytest.mark.parametrize("top_k", [5, 60])
 def test_it_builds_each_context_in_a_fixed_number_of_queries(
@@ -180,6 +182,37 @@ def test_it_builds_each_context_in_a_fixed_number_of_queries(
         result = ask(workspace, mode, top_k=top_k, chunk_top_k=top_k)
 
     assert result.stats["sql_queries"] == queries
+
+
+def _comparable(result) -> dict:
+    data = result.to_json(include_context=True)
+    data["stats"] = {name: value for name, value in data["stats"].items() if name != "timings"}
+    return data
+
+
+def test_outside_a_transaction_the_independent_queries_run_on_pool_threads_with_the_same_result(
+    graph, workspace, transactional_db, monkeypatch
+):
+    threads = []
+    run_on_pool = concurrent._on_own_connection
+
+    def spy(call, wrapper):
+        threads.append(threading.current_thread().name)
+        return run_on_pool(call, wrapper)
+
+    monkeypatch.setattr(concurrent, "_on_own_connection", spy)
+    for mode, queries in [("global", 3), ("local", 4), ("hybrid", 5), ("mix", 6)]:
+        threads.clear()
+        side_by_side = ask(workspace, mode)
+        assert threads, mode
+        assert all(name.startswith("retrieval") for name in threads)
+        with transaction.atomic():
+            threads.clear()
+            one_connection = ask(workspace, mode)
+            assert threads == []
+
+        assert _comparable(side_by_side) == _comparable(one_connection)
+        assert side_by_side.stats["sql_queries"] == queries
 
 
 def test_it_parses_keywords_from_a_chatty_fenced_reply():
