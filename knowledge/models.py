@@ -123,7 +123,9 @@ class Document(models.Model):
 
 class Chunk(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="chunks")
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    # Foreign keys marked db_index=False here and below lead a unique constraint's index already;
+    # every index is written for every row version, and these tables take the most writes.
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     order = models.PositiveIntegerField()
     text = models.TextField()
     token_count = models.PositiveIntegerField()
@@ -141,7 +143,7 @@ class Chunk(models.Model):
 
 
 class Entity(models.Model):
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="entities")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="entities", db_index=False)
     name = models.CharField(max_length=300)
     key = models.CharField(max_length=300, help_text="Normalized name: one entity per key in a workspace.")
     type = models.CharField(max_length=80, blank=True)
@@ -163,7 +165,7 @@ class Entity(models.Model):
 class Relation(models.Model):
     """An undirected edge: one row per unordered pair, stored with source_id < target_id."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="relations")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="relations", db_index=False)
     # Indexed below, with what graph walks read, so they never touch the wide rows.
     source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=False)
     target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -212,7 +214,7 @@ class EntityDegree(models.Model):
 class EntitySource(models.Model):
     """Provenance: this chunk said this about this entity."""
 
-    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="sources")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="sources", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="entity_sources")
     name = models.CharField(max_length=300, help_text="The name as written in this chunk.")
     type = models.CharField(max_length=80, blank=True)
@@ -220,14 +222,13 @@ class EntitySource(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["entity", "chunk"], name="entitysource_unique")]
-        indexes = [models.Index(fields=["chunk"], name="entitysource_chunk")]
 
     def __str__(self) -> str:
         return f"{self.name} in chunk {self.chunk_id}"
 
 
 class RelationSource(models.Model):
-    relation = models.ForeignKey(Relation, on_delete=models.CASCADE, related_name="sources")
+    relation = models.ForeignKey(Relation, on_delete=models.CASCADE, related_name="sources", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="relation_sources")
     description = models.TextField(blank=True)
     keywords = models.TextField(blank=True)
@@ -235,7 +236,6 @@ class RelationSource(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["relation", "chunk"], name="relationsource_unique")]
-        indexes = [models.Index(fields=["chunk"], name="relationsource_chunk")]
 
     def __str__(self) -> str:
         return f"relation {self.relation_id} in chunk {self.chunk_id}"
