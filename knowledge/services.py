@@ -355,6 +355,7 @@ def document_delete(*, document: Document, actor=None) -> None:
     with transaction.atomic():
         keys = Entity.objects.filter(pk__in=entity_ids).values_list("key", flat=True)
         graph.lock_entity_keys(workspace_id=workspace_id, keys=keys)
+        graph.lock_relations(relation_ids=relation_ids)
         Document.objects.filter(pk=document.pk).delete()
         Relation.objects.filter(pk__in=relation_ids, sources__isnull=True).delete()
         Entity.objects.filter(pk__in=entity_ids, sources__isnull=True).delete()

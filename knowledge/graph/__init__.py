@@ -6,15 +6,16 @@ keywords and vectors are then rebuilt from provenance (`rebuild_entities`,
 `rebuild_relations`), once per document for everything it touched, and again after a
 deletion or a curation merge. Rebuilding from provenance is what makes deletion exact.
 
-Concurrency: every write to an entity key (and to relations, whose endpoints are keys) holds a
-transaction-scoped advisory lock on that key, taken in sorted order. A rebuild computes
-outside the lock (summaries and embeddings can be slow) and writes under it only if the
-provenance it read is still what is there; otherwise it computes again.
+Concurrency: every write to an entity holds a transaction-scoped advisory lock on its key, and
+every write to a relation's provenance or to what is derived from it a lock on the relation
+(`locks`). A rebuild computes outside the locks (summaries and embeddings can be slow) and
+writes under them only if the provenance it read is still what is there; otherwise it
+computes again.
 """
 
 from knowledge.extraction import entity_key
 from knowledge.graph.describe import entity_embedding_text, relation_embedding_text
-from knowledge.graph.locks import lock_entity_keys
+from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.graph.merge import MergeResult, merge_chunks
 from knowledge.graph.rebuild import RebuildResult, rebuild_entities, rebuild_relations
 from knowledge.graph.vectors import reembed_workspace, resize_vector_columns, update_rows, vector_dimensions
@@ -25,6 +26,7 @@ __all__ = [
     "entity_embedding_text",
     "entity_key",
     "lock_entity_keys",
+    "lock_relations",
     "merge_chunks",
     "rebuild_entities",
     "rebuild_relations",

@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from knowledge.extraction import EntityMention, RelationMention, consolidate, keyword_union
-from knowledge.graph.locks import lock_entity_keys
+from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.models import Entity, EntityAlias, EntitySource, Relation, RelationSource
 
 
@@ -106,6 +106,9 @@ def _merge_relations(workspace_id: int, mentions: dict, entity_id_of: dict[str, 
         return set()
     pairs = sorted({(a, b) for _, a, b in per_chunk})
     relation_id_of = _relation_ids(workspace_id, pairs)
+    # Before the insert below touches any degree row: a rebuild holding one of these may be
+    # deleting that relation, which writes degree rows too.
+    lock_relations(relation_ids=relation_id_of.values())
     created = Relation.objects.bulk_create(
         [
             Relation(workspace_id=workspace_id, source_id=a, target_id=b, created_at=now, updated_at=now)

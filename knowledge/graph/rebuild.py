@@ -2,10 +2,11 @@
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import Count, Max, Min
+from psycopg.errors import DeadlockDetected
 
 from knowledge import llm
 from knowledge.extraction import keyword_union
@@ -15,11 +16,11 @@ from knowledge.graph.describe import (
     entity_embedding_text,
     relation_embedding_text,
 )
-from knowledge.graph.locks import lock_entity_keys
+from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.graph.vectors import update_rows
 from knowledge.models import Entity, EntitySource, Relation, RelationSource
 
-REBUILD_BATCH = 500
+REBUILD_BATCH = 100
 REBUILD_ATTEMPTS = 3
 
 
@@ -74,20 +75,26 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
     ids = job.ids
     for attempt in range(REBUILD_ATTEMPTS):
         plan = job.plan(ids)
-        with transaction.atomic():
-            if not plan.workspace_keys:
-                return
-            for workspace_id, keys in plan.workspace_keys.items():
-                lock_entity_keys(workspace_id=workspace_id, keys=keys)
-            current = _fingerprints(job.source_model, job.source_field, ids)
-            last = attempt + 1 == REBUILD_ATTEMPTS
-            stale = [pk for pk in ids if current.get(pk) != plan.fingerprints.get(pk)]
-            if stale and last:
-                # Still racing after several tries: compute once more while holding the locks.
-                plan = job.plan(ids)
-                stale = []
-            fresh = [pk for pk in ids if pk not in stale]
-            job.write(plan, fresh, result)
+        if not plan.found:
+            return
+        last = attempt + 1 == REBUILD_ATTEMPTS
+        try:
+            with transaction.atomic():
+                job.lock(plan)
+                current = _fingerprints(job.source_model, job.source_field, ids)
+                stale = [pk for pk in ids if current.get(pk) != plan.fingerprints.get(pk)]
+                if stale and last:
+                    # Still racing after several tries: compute once more while holding the locks.
+                    plan = job.plan(ids)
+                    stale = []
+                fresh = [pk for pk in ids if pk not in stale]
+                job.write(plan, fresh, result)
+        except OperationalError as err:
+            # Deleting orphans writes degree rows that a concurrent deletion may hold; Postgres
+            # breaks the cycle by failing one side, which computes again.
+            if last or not isinstance(err.__cause__, DeadlockDetected):
+                raise
+            continue
         if not stale:
             return
         ids = stale
@@ -96,9 +103,10 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
 @dataclass
 class _Plan:
     fingerprints: dict[int, tuple]
-    workspace_keys: dict[int, set[str]]
+    found: list[int]
     updates: dict[int, dict]
     orphans: list[int]
+    workspace_keys: dict[int, set[str]] = field(default_factory=dict)
 
 
 class _EntityRebuild:
@@ -159,7 +167,12 @@ class _EntityRebuild:
         workspace_keys: dict[int, set[str]] = {}
         for row in rows.values():
             workspace_keys.setdefault(row["workspace_id"], set()).add(row["key"])
-        return _Plan(fingerprints, workspace_keys, updates, [pk for pk in rows if pk not in fingerprints])
+        orphans = [pk for pk in rows if pk not in fingerprints]
+        return _Plan(fingerprints, list(rows), updates, orphans, workspace_keys)
+
+    def lock(self, plan: _Plan) -> None:
+        for workspace_id, keys in plan.workspace_keys.items():
+            lock_entity_keys(workspace_id=workspace_id, keys=keys)
 
     def write(self, plan: _Plan, ids: list[int], result: RebuildResult) -> None:
         ids_set = set(ids)
@@ -182,15 +195,12 @@ class _RelationRebuild:
             row["pk"]: row
             for row in Relation.objects.filter(pk__in=ids).values(
                 "pk",
-                "workspace_id",
                 "keywords",
                 "description",
                 "weight",
                 "embedding",
                 "source__name",
-                "source__key",
                 "target__name",
-                "target__key",
             )
         }
         weights: dict[int, float] = {}
@@ -233,10 +243,10 @@ class _RelationRebuild:
                 fields["embedding"] = vectors[pk]
             if any(row[name] != value for name, value in fields.items() if name != "embedding") or pk in vectors:
                 updates[pk] = fields
-        workspace_keys: dict[int, set[str]] = {}
-        for row in rows.values():
-            workspace_keys.setdefault(row["workspace_id"], set()).update([row["source__key"], row["target__key"]])
-        return _Plan(fingerprints, workspace_keys, updates, [pk for pk in rows if pk not in fingerprints])
+        return _Plan(fingerprints, list(rows), updates, [pk for pk in rows if pk not in fingerprints])
+
+    def lock(self, plan: _Plan) -> None:
+        lock_relations(relation_ids=plan.found)
 
     def write(self, plan: _Plan, ids: list[int], result: RebuildResult) -> None:
         ids_set = set(ids)
