@@ -348,24 +348,22 @@ def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
         )
         for row in one_hop
     ]
-    global_relations = sorted(
-        (
-            RelationRow(
-                id="",
-                relation_id=r.pk,
-                source_id=r.source_id,
-                target_id=r.target_id,
-                source=r.source.name,
-                target=r.target.name,
-                keywords=r.keywords,
-                description=r.description,
-                weight=r.weight,
-                rank=r.source_degree + r.target_degree,
-            )
-            for r in found_relations
-        ),
-        key=lambda row: (-row.rank, -row.weight),
-    )
+    global_relations = [
+        RelationRow(
+            id="",
+            relation_id=r.pk,
+            source_id=r.source_id,
+            target_id=r.target_id,
+            source=r.source.name,
+            target=r.target.name,
+            keywords=r.keywords,
+            description=r.description,
+            weight=r.weight,
+            rank=r.source_degree + r.target_degree,
+        )
+        for r in found_relations
+    ]
+    global_relations.sort(key=lambda row: (-row.rank, -row.weight))
     ends = {}
     for r in found_relations:
         ends[r.source_id], ends[r.target_id] = (r.source, r.source_degree), (r.target, r.target_degree)
