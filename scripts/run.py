@@ -4,9 +4,9 @@ Starts (or reuses) the embedded Postgres, makes sure Redis answers, migrates, en
 demo user, then runs web and worker from the Procfile under honcho until Ctrl-C.
 """
 
-import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -91,9 +91,15 @@ def main() -> None:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PORT": str(settings.PORT), "HOST": host, "PATH": path}
     honcho = [sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile")]
-    # Ctrl-C reaches honcho too, which stops web and worker; nothing more to do here.
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(subprocess.call(honcho, env=env))  # noqa: S603 - our own interpreter and Procfile
+    process = subprocess.Popen(honcho, env=env)  # noqa: S603 - our own interpreter and Procfile
+    # Ctrl-C in the terminal reaches honcho too, which stops web and worker; a SIGTERM (`kill`,
+    # a supervisor) reaches only this process, so pass it on rather than orphan them.
+    signal.signal(signal.SIGTERM, lambda signum, frame: process.terminate())
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        code = process.wait()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
