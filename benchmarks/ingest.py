@@ -113,7 +113,7 @@ def bag_of_words(dim: int):
                 words[word] = np.asarray(deterministic_vector(word, dim), dtype=np.float32)
             total += words[word]
         norm = np.linalg.norm(total)
-        return (total / norm if norm else words.setdefault("", total + 1 / np.sqrt(dim))).tolist()
+        return (total / norm).tolist() if norm else deterministic_vector(text, dim)
 
     return embed
 
