@@ -154,10 +154,10 @@ def process_cpu(pid: int) -> float:
 
 def ingest_all(document_ids, total: int) -> float:
     """Ingest the documents one by one as a worker does; returns this process's peak memory in MB."""
-    from knowledge import services
+    from knowledge import ingestion
 
     for count, document_id in enumerate(document_ids, 1):
-        done = services.document_ingest(document_id=document_id)
+        done = ingestion.document_ingest(document_id=document_id)
         if done is None or done.status != "processed":
             raise SystemExit(f"document {document_id} did not finish: {done and done.error}")
         print(f"\r{count}/{total} documents", end="", file=sys.stderr, flush=True)
@@ -167,11 +167,11 @@ def ingest_all(document_ids, total: int) -> float:
 def _worker(queue, results) -> None:
     from django.db import connections
 
-    from knowledge import services
+    from knowledge import ingestion
 
     cpu_start = time.process_time()
     while (document_id := queue.get()) is not None:
-        document = services.document_ingest(document_id=document_id)
+        document = ingestion.document_ingest(document_id=document_id)
         if document is None or document.status != "processed":
             results.put(("failed", document_id, document and document.error))
             return
@@ -256,7 +256,7 @@ def main() -> None:
     # A database of its own, migrated fresh and dropped at the end (unless --keep).
     databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
 
-    from knowledge import services
+    from knowledge import ingestion
     from knowledge.models import Document, EntitySource, RelationSource, Workspace
 
     if args.without_hnsw:
@@ -278,7 +278,7 @@ def main() -> None:
     workspace = Workspace.objects.create(name="Ingestion benchmark", slug=f"bench-{uuid.uuid4().hex[:8]}")
     try:
         document_ids = [
-            services.document_create(
+            ingestion.document_create(
                 workspace=workspace, filename=f"report-{index}.txt", data=text.encode(), enqueue=False
             ).pk
             for index, text in enumerate(documents)

@@ -164,10 +164,14 @@ MEDIA_URL = "media/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = UPLOAD_MAX_MB * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
+# channels_redis waits for messages with a 5-second blocking pop (BZPOPMIN), and redis-py 8
+# gives every read a 5-second socket timeout by default: the read then times out just before
+# the pop answers and every idle websocket crashes in a loop. Reads get room beyond the pop.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT}]},
     },
 }
 

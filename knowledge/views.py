@@ -12,7 +12,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import llm, selectors, services
+from knowledge import ingestion, llm, selectors, services
 from knowledge.events import workspace_group
 from knowledge.forms import (
     MemberAddForm,
@@ -107,8 +107,8 @@ def documents(request, slug):
 
 def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, str]:
     try:
-        document = services.document_create(workspace=workspace, user=request.user, filename=filename, **content)
-    except services.DocumentRejected as err:
+        document = ingestion.document_create(workspace=workspace, user=request.user, filename=filename, **content)
+    except ingestion.DocumentRejected as err:
         return "error", str(err)  # names the file already
     return "success", f"{filename}: queued as “{document.title}”."
 
@@ -173,7 +173,7 @@ def document_retry(request, slug, pk):
     if document.status != Document.Status.FAILED:
         messages.error(request, f"“{document.title}” has not failed; only failed documents can be retried.")
     else:
-        services.document_retry(document=document)
+        ingestion.document_retry(document=document)
         document.refresh_from_db()
         messages.success(request, f"“{document.title}” is queued again.")
     if request.htmx:
@@ -198,7 +198,7 @@ def document_delete(request, slug, pk):
     workspace = _workspace(request, slug, Role.EDITOR)
     document = _document(workspace, pk)
     if request.method == "POST":
-        services.document_delete(document=document, actor=request.user)
+        ingestion.document_delete(document=document, actor=request.user)
         _announce_deleted(document)
         messages.success(request, f"Deleted “{document.title}” and what the graph learned only from it.")
         return redirect("knowledge:documents", slug=workspace.slug)

@@ -8,7 +8,7 @@ the chain, the bridge, the answer) the context names.
 
 from dataclasses import dataclass, field
 
-from knowledge import services
+from knowledge import ingestion
 from knowledge.models import Chunk, Document, Workspace
 from knowledge.retrieval import retrieve
 from knowledge.synthetic import SyntheticCorpus, SyntheticQuestion
@@ -23,7 +23,7 @@ def synthetic_corpus_ingest(*, workspace: Workspace, corpus: SyntheticCorpus, cr
     for document in corpus.documents:
         if document.title in present:
             continue
-        created = services.document_create(
+        created = ingestion.document_create(
             workspace=workspace,
             user=created_by,
             filename=f"{document.title}.txt",
@@ -31,7 +31,7 @@ def synthetic_corpus_ingest(*, workspace: Workspace, corpus: SyntheticCorpus, cr
             title=document.title,
             enqueue=False,
         )
-        services.document_ingest(document_id=created.pk)
+        ingestion.document_ingest(document_id=created.pk)
         added += 1
     failed = workspace.documents.filter(status=Document.Status.FAILED).values_list("title", "error").first()
     if failed:

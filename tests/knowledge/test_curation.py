@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from knowledge import prompts, services
+from knowledge import ingestion, prompts
 from knowledge.curation import CurationError, entity_merge, entity_merge_undo, entity_update, possible_duplicates
 from knowledge.models import (
     AuditEvent,
@@ -67,8 +67,8 @@ def scripted(openai_double):
 
 
 def _ingest(workspace, name: str, text: str):
-    document = services.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
-    return services.document_ingest(document_id=document.pk)
+    document = ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+    return ingestion.document_ingest(document_id=document.pk)
 
 
 @pytest.fixture
@@ -239,7 +239,7 @@ def test_stored_degrees_follow_ingestion_merge_undo_and_deletion(ibm, workspace,
     assert _stored_degrees(workspace) == _counted_degrees(workspace)
     assert _stored_degrees(workspace)["i.b.m."] == 3
 
-    services.document_delete(document=workspace.documents.get(title="one"))
+    ingestion.document_delete(document=workspace.documents.get(title="one"))
     assert _stored_degrees(workspace) == _counted_degrees(workspace)
     assert "armonk" not in _stored_degrees(workspace)
 
@@ -300,7 +300,7 @@ def test_a_merge_while_a_document_is_ingested_leaves_a_consistent_graph(scripted
     _ingest(workspace, "two.txt", "International Business Machines created Watson.")
     survivor = Entity.objects.get(workspace=workspace, key="ibm")
     others = list(Entity.objects.filter(workspace=workspace, key__in=["i.b.m.", "international business machines"]))
-    later = services.document_create(
+    later = ingestion.document_create(
         workspace=workspace, filename="four.txt", data=b"I.B.M. hired Ada in Armonk.", enqueue=False
     )
     start, errors = threading.Barrier(2), []
@@ -315,7 +315,7 @@ def test_a_merge_while_a_document_is_ingested_leaves_a_consistent_graph(scripted
             connection.close()
 
     threads = [
-        threading.Thread(target=run, args=(lambda: services.document_ingest(document_id=later.pk),)),
+        threading.Thread(target=run, args=(lambda: ingestion.document_ingest(document_id=later.pk),)),
         threading.Thread(target=run, args=(lambda: entity_merge(survivor=survivor, others=others, actor=owner),)),
     ]
     for thread in threads:

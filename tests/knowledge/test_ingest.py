@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from knowledge import prompts, services
+from knowledge import ingestion, prompts
 from knowledge.models import Chunk, ChunkExtraction, Document, Entity, EntitySource, Relation, Workspace
 from knowledge.tasks import ingest_document
 from tests.factories import make_workspace
@@ -18,12 +18,12 @@ pytestmark = pytest.mark.django_db
 
 
 def _create(workspace, name: str, text: str) -> Document:
-    return services.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+    return ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
 
 
 def _ingest(workspace, name: str, text: str) -> Document:
     document = _create(workspace, name, text)
-    return services.document_ingest(document_id=document.pk)
+    return ingestion.document_ingest(document_id=document.pk)
 
 
 def _extraction_requests(double):
@@ -94,7 +94,7 @@ def test_deleting_a_document_leaves_the_graph_of_the_other_alone_without_extract
     assert graph_dump(workspace) != graph_dump(alone)
     scripted.clear()
 
-    services.document_delete(document=a)
+    ingestion.document_delete(document=a)
 
     assert graph_dump(workspace) == graph_dump(alone)
     assert scripted.chat_requests() == []
@@ -142,8 +142,8 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
     openai_double.reply(failing_after_first_batch)
     document = _create(workspace, "parts.txt", _numbered_parts(16))
 
-    with pytest.raises(services.IngestInterrupted, match="chunk"):
-        services.document_ingest(document_id=document.pk)
+    with pytest.raises(ingestion.IngestInterrupted, match="chunk"):
+        ingestion.document_ingest(document_id=document.pk)
 
     document.refresh_from_db()
     assert document.status == "pending"
@@ -155,7 +155,7 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
     openai_double.clear()
     openai_double.reply(_meetings)
 
-    done = services.document_ingest(document_id=document.pk)
+    done = ingestion.document_ingest(document_id=document.pk)
 
     asked = [request.messages[1]["content"] for request in _extraction_requests(openai_double)]
     assert done.status == "processed"
@@ -187,7 +187,7 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
 
     def run(document):
         try:
-            services.document_ingest(document_id=document.pk)
+            ingestion.document_ingest(document_id=document.pk)
         except Exception as err:  # surfaced by the assertion below
             errors.append(err)
         finally:
@@ -272,7 +272,7 @@ def test_a_second_run_of_a_processed_document_does_nothing(scripted, workspace):
     document = _ingest(workspace, "a.txt", DOC_A)
     scripted.clear()
 
-    assert services.document_ingest(document_id=document.pk) is None
+    assert ingestion.document_ingest(document_id=document.pk) is None
     assert ingest_document.apply(args=[document.pk]).get() == "processed"
     assert scripted.requests == []
 
@@ -280,12 +280,12 @@ def test_a_second_run_of_a_processed_document_does_nothing(scripted, workspace):
 def test_a_stale_processing_document_is_taken_over_and_resumed(scripted, workspace):
     document = _create(workspace, "a.txt", DOC_A)
     Document.objects.filter(pk=document.pk).update(status="processing")
-    assert services.document_ingest(document_id=document.pk) is None  # a live worker may still have it
+    assert ingestion.document_ingest(document_id=document.pk) is None  # a live worker may still have it
 
-    stale = services.ingest_stale_after() * 2
+    stale = ingestion.ingest_stale_after() * 2
     Document.objects.filter(pk=document.pk).update(updated_at=document.updated_at - stale)
 
-    assert services.document_ingest(document_id=document.pk).status == "processed"
+    assert ingestion.document_ingest(document_id=document.pk).status == "processed"
 
 
 def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):

@@ -1,10 +1,11 @@
 import io
+import types
 
 import docx
 import pytest
 from pypdf import PdfWriter
 
-from knowledge import parsing, services
+from knowledge import ingestion, parsing
 from knowledge.models import Document
 
 pytestmark = pytest.mark.django_db
@@ -92,28 +93,28 @@ def test_it_reads_the_text_layer_of_a_pdf():
     ],
 )
 def test_it_refuses_what_it_cannot_read_with_a_message(workspace, filename, data, message):
-    with pytest.raises(services.DocumentRejected, match=message):
-        services.document_create(workspace=workspace, filename=filename, data=data, enqueue=False)
+    with pytest.raises(ingestion.DocumentRejected, match=message):
+        ingestion.document_create(workspace=workspace, filename=filename, data=data, enqueue=False)
 
     assert not Document.objects.exists()
 
 
 def test_a_pdf_without_a_text_layer_says_no_text_found(workspace):
-    with pytest.raises(services.DocumentRejected, match="No text found in scan.pdf"):
-        services.document_create(workspace=workspace, filename="scan.pdf", data=_blank_pdf(), enqueue=False)
+    with pytest.raises(ingestion.DocumentRejected, match="No text found in scan.pdf"):
+        ingestion.document_create(workspace=workspace, filename="scan.pdf", data=_blank_pdf(), enqueue=False)
 
 
 def test_the_same_text_twice_in_a_workspace_is_refused_as_a_duplicate(workspace):
-    first = services.document_create(workspace=workspace, filename="a.txt", data=b"Same words.", enqueue=False)
+    first = ingestion.document_create(workspace=workspace, filename="a.txt", data=b"Same words.", enqueue=False)
 
-    with pytest.raises(services.DocumentRejected, match="same text as “a”"):
-        services.document_create(workspace=workspace, filename="copy.md", data=b"Same words.\n", enqueue=False)
+    with pytest.raises(ingestion.DocumentRejected, match="same text as “a”"):
+        ingestion.document_create(workspace=workspace, filename="copy.md", data=b"Same words.\n", enqueue=False)
 
     assert list(Document.objects.values_list("pk", flat=True)) == [first.pk]
 
 
 def test_pasted_text_becomes_a_pending_document_titled_by_its_first_line(workspace, owner):
-    document = services.document_create(
+    document = ingestion.document_create(
         workspace=workspace, user=owner, filename="Pasted text", text="  Meeting notes\nAlice will call.", enqueue=False
     )
 
@@ -129,11 +130,12 @@ def test_an_upload_keeps_its_source_file_and_is_queued_after_commit(
 ):
     settings.MEDIA_ROOT = tmp_path
     queued = []
-    monkeypatch.setattr("knowledge.tasks.ingest_document.delay", lambda *args: queued.append(args))
+    sender = types.SimpleNamespace(send_task=lambda name, args: queued.append((name, *args)))
+    monkeypatch.setattr("knowledge.ingestion.current_app", sender)
 
     with django_capture_on_commit_callbacks(execute=True):
-        document = services.document_create(workspace=workspace, filename="notes.txt", data=b"Hello team.")
+        document = ingestion.document_create(workspace=workspace, filename="notes.txt", data=b"Hello team.")
 
     assert document.title == "notes"
     assert document.source_file.read() == b"Hello team."
-    assert queued == [(document.pk,)]
+    assert queued == [("knowledge.tasks.ingest_document", document.pk)]

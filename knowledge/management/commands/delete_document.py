@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import services
+from knowledge import ingestion
 from knowledge.models import Document
 
 
@@ -14,5 +14,5 @@ class Command(BaseCommand):
         document = Document.objects.select_related("workspace").filter(pk=id).first()
         if document is None:
             raise CommandError(f"No document with id {id}.")
-        services.document_delete(document=document)
+        ingestion.document_delete(document=document)
         self.stdout.write(f"Deleted document {id} ({document.title}) from workspace {document.workspace.slug}.")

@@ -4,7 +4,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import parsing, services
+from knowledge import ingestion, parsing
 from knowledge.models import Document, Membership, Role, Workspace
 
 
@@ -26,10 +26,10 @@ class Command(BaseCommand):
         tally = {"processed": 0, "failed": 0, "refused": 0}
         for path in files:
             try:
-                document = services.document_create(
+                document = ingestion.document_create(
                     workspace=target, filename=path.name, data=path.read_bytes(), enqueue=False
                 )
-            except services.DocumentRejected as err:
+            except ingestion.DocumentRejected as err:
                 tally["refused"] += 1
                 self.stderr.write(f"refused  {path}: {err}")
                 continue
@@ -89,9 +89,9 @@ class Command(BaseCommand):
                 self.stdout.flush()
 
         try:
-            result = services.document_ingest(document_id=document.pk, progress=progress)
-        except services.IngestInterrupted as err:
-            result = services.document_fail(document_id=document.pk, error=str(err))
+            result = ingestion.document_ingest(document_id=document.pk, progress=progress)
+        except ingestion.IngestInterrupted as err:
+            result = ingestion.document_fail(document_id=document.pk, error=str(err))
         if interactive:
             self.stdout.write("")
         result = result or Document.objects.get(pk=document.pk)
