@@ -95,7 +95,14 @@ def main() -> None:
         vectors = rng.normal(size=(len(names), dim)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         entities = Entity.objects.bulk_create(
-            Entity(workspace=workspace, name=text, key=text.casefold(), type="concept", embedding=vector.tolist())
+            Entity(
+                workspace=workspace,
+                name=text,
+                key=text.casefold(),
+                type="concept",
+                embedding=vector.tolist(),
+                published=True,
+            )
             for text, vector in zip(names, vectors, strict=True)
         )
         EntitySource.objects.bulk_create(
@@ -109,7 +116,14 @@ def main() -> None:
             a, b = rng.choice(len(others), size=2, replace=False)
             pairs.add(tuple(sorted((others[a].pk, others[b].pk))))
         relations = Relation.objects.bulk_create(
-            Relation(workspace=workspace, source_id=a, target_id=b, weight=1.0, embedding=vectors[0].tolist())
+            Relation(
+                workspace=workspace,
+                source_id=a,
+                target_id=b,
+                weight=1.0,
+                embedding=vectors[0].tolist(),
+                published=True,
+            )
             for a, b in sorted(pairs)
         )
         RelationSource.objects.bulk_create(

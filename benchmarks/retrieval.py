@@ -144,10 +144,11 @@ def build(workspace: Workspace, started: float) -> dict:
     types = ["person", "organization", "location", "event", "concept", "technology"]
     copy_rows(
         "knowledge_entity",
-        ["id", "workspace_id", "name", "key", "type", "description", "embedding", "created_at", "updated_at"],
-        ["int8", "int8", "text", "text", "text", "text", "vector", "timestamptz", "timestamptz"],
+        ["id", "workspace_id", "name", "key", "type", "description", "embedding", "published"]
+        + ["created_at", "updated_at"],
+        ["int8", "int8", "text", "text", "text", "text", "vector", "bool", "timestamptz", "timestamptz"],
         (
-            (n + 1, workspace.pk, name, name.lower(), types[n % len(types)], words(30), vector, now, now)
+            (n + 1, workspace.pk, name, name.lower(), types[n % len(types)], words(30), vector, True, now, now)
             for n, vector in enumerate(entity_vectors)
             for name in [f"Entity {n + 1} {words(1)}"]
         ),
@@ -177,10 +178,11 @@ def build(workspace: Workspace, started: float) -> dict:
     copy_rows(
         "knowledge_relation",
         ["id", "workspace_id", "source_id", "target_id", "keywords", "description", "weight", "embedding"]
-        + ["created_at", "updated_at"],
-        ["int8", "int8", "int8", "int8", "text", "text", "float8", "vector", "timestamptz", "timestamptz"],
+        + ["published", "created_at", "updated_at"],
+        ["int8", "int8", "int8", "int8", "text", "text", "float8", "vector", "bool", "timestamptz", "timestamptz"],
         (
-            (n + 1, workspace.pk, int(pairs[n, 0]), int(pairs[n, 1]), words(3), words(20), weights[n], vector, now, now)
+            (n + 1, workspace.pk, int(pairs[n, 0]), int(pairs[n, 1]), words(3), words(20), weights[n], vector, True)
+            + (now, now)
             for n, vector in enumerate(relation_vectors)
         ),
         started,

@@ -61,6 +61,15 @@ HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)
 UPLOAD_MAX_MB = env_int("UPLOAD_MAX_MB", 50, minimum=1)
 
+# Ingestion runs (knowledge.ingestion): leases, turns, retries.
+INGEST_LEASE_SECONDS = env_int("INGEST_LEASE_SECONDS", 60, minimum=3)
+INGEST_SLICE_SECONDS = env_int("INGEST_SLICE_SECONDS", 30, minimum=1)
+INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
+INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 6, minimum=1)
+INGEST_RETRY_BACKOFF = env_float("INGEST_RETRY_BACKOFF", 60.0)
+# `make run`: how long web, worker and beat get to stop before they are killed.
+WORKER_STOP_TIMEOUT = env_float("WORKER_STOP_TIMEOUT", 30.0)
+
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 PORT = env_int("PORT", 8000, minimum=1)
 
@@ -180,12 +189,17 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 6 * 3600, minimum=60)
+# One task is one turn of INGEST_SLICE_SECONDS plus the step at hand; the limit catches a step
+# that hangs (its document gets another turn after a backoff).
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 3600, minimum=60)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# acks_late redelivers a task whose worker died; the visibility timeout must outlast the
-# longest task or Redis hands it to a second worker while the first is still busy.
+# Leases, not redelivery, bring back the work of a dead worker; a redelivered wake-up is harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "knowledge.tasks.sweep", "schedule": float(INGEST_SWEEP_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 
 LOGGING = {
     "version": 1,

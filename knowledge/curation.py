@@ -21,8 +21,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from knowledge import llm
-from knowledge.graph import entity_embedding_text, entity_key, lock_entity_keys, rebuild_entities, rebuild_relations
+from knowledge.graph import embed_published, entity_key, lock_entity_keys, rebuild_entities, rebuild_relations
 from knowledge.models import Chunk, Entity, EntityAlias, EntitySource, MergeLog, Relation, RelationSource, Workspace
 from knowledge.services import audit_record, workspace_refresh_counts
 
@@ -31,7 +30,18 @@ class CurationError(Exception):
     """A curation step that cannot be done; `str(err)` tells the curator why and what to do instead."""
 
 
-ENTITY_FIELDS = ("id", "workspace_id", "name", "key", "type", "description", "embedding", "created_at", "updated_at")
+ENTITY_FIELDS = (
+    "id",
+    "workspace_id",
+    "name",
+    "key",
+    "type",
+    "description",
+    "embedding",
+    "published",
+    "created_at",
+    "updated_at",
+)
 RELATION_FIELDS = (
     "id",
     "workspace_id",
@@ -41,6 +51,7 @@ RELATION_FIELDS = (
     "description",
     "weight",
     "embedding",
+    "published",
     "created_at",
     "updated_at",
 )
@@ -253,6 +264,8 @@ def entity_merge(*, survivor: Entity, others: Iterable[Entity], actor) -> MergeL
         Entity.objects.filter(pk__in=other_ids).delete()
         rebuild_entities(entity_ids=[survivor.pk], fallback=True)
         rebuild_relations(relation_ids=changed_relations, fallback=True)
+        # Their vectors are made of their endpoints' names, and one endpoint is now the survivor.
+        embed_published(relation_ids=changed_relations)
         workspace_refresh_counts(workspace_id=workspace_id)
         names = [other.name for other in others]
         log = MergeLog.objects.create(
@@ -409,9 +422,13 @@ def entity_update(*, entity: Entity, actor, name: str, type: str, description: s
             EntityAlias.objects.create(
                 workspace_id=entity.workspace_id, key=entity.key, name=entity.name, entity=entity
             )
+        renamed = name != entity.name
         entity.name, entity.key, entity.type, entity.description = name, new_key, type.strip(), description.strip()
-        [entity.embedding] = llm.embed([entity_embedding_text(entity.name, entity.description)], purpose="passage")
         entity.save()
+        # An entity's vector is made of its name and description, its relations' of their names.
+        relations = Relation.objects.filter(Q(source=entity) | Q(target=entity)) if renamed else Relation.objects.none()
+        embed_published(entity_ids=[entity.pk], relation_ids=list(relations.values_list("pk", flat=True)))
+        entity.refresh_from_db(fields=["embedding"])
         changed = {field: {"from": value, "to": getattr(entity, field)} for field, value in old.items()}
         changed = {field: change for field, change in changed.items() if change["from"] != change["to"]}
         if changed:

@@ -1,6 +1,7 @@
 """Channel-layer events: ingestion progress for everyone watching a workspace."""
 
 import logging
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -8,16 +9,94 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
+# The seconds a stage has taken are kept under these names in Document.timings.
+STAGE_TIMINGS = {
+    "parsing": ("parse", "chunk"),
+    "embedding": ("embed_chunks",),
+    "extracting": ("extract", "merge"),
+    "building": ("describe", "embed_graph"),
+    "publishing": ("publish",),
+}
+STAGE_ORDER = ["queued", *STAGE_TIMINGS, "done"]
+_REFERENCE_SECONDS = 60
+_references: dict[int, tuple[float, dict | None]] = {}
+
 
 def workspace_group(workspace_id: int) -> str:
     return f"workspace-{workspace_id}"
 
 
-def document_payload(document) -> dict:
+def workspace_pace(workspace_id: int) -> dict | None:
+    """Seconds per token of each stage in the workspace's last processed document (cached a minute)."""
+    cached = _references.get(workspace_id)
+    if cached is not None and time.monotonic() - cached[0] < _REFERENCE_SECONDS:
+        return cached[1]
+    from knowledge.models import Document
+
+    last = (
+        Document.objects.filter(workspace_id=workspace_id, status=Document.Status.PROCESSED, token_count__gt=0)
+        .exclude(timings={})
+        .order_by("-processed_at")
+        .values("timings", "token_count")
+        .first()
+    )
+    rates = None
+    if last is not None:
+        rates = {
+            stage: sum(last["timings"].get(name, 0.0) for name in names) / last["token_count"]
+            for stage, names in STAGE_TIMINGS.items()
+        }
+    _references[workspace_id] = (time.monotonic(), rates)
+    return rates
+
+
+def seconds_left(document, reference: dict | None) -> int | None:
+    """An estimate of the seconds the document still needs once its turn comes: each stage's
+    remaining share of the document's tokens at that stage's pace so far in this document, or at
+    the pace of the workspace's last processed document for stages not begun."""
+    if document.status not in ("pending", "processing") or document.stage not in STAGE_ORDER:
+        return None
+    tokens = document.token_count
+    if not tokens:
+        return None
+    current = STAGE_ORDER.index(document.stage)
+    total = 0.0
+    for index, (stage, names) in enumerate(STAGE_TIMINGS.items(), start=1):
+        if index < current:
+            continue
+        spent = sum((document.timings or {}).get(name, 0.0) for name in names)
+        share_done = document.stage_done / document.stage_total if index == current and document.stage_total else 0.0
+        if share_done > 0:
+            total += spent / share_done * (1 - share_done)
+        elif reference is not None:
+            total += reference[stage] * tokens
+        else:
+            return None
+    return round(total)
+
+
+def _duration(seconds: int | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return "about a minute left" if seconds > 30 else "less than a minute left"
+    if seconds < 90 * 60:
+        return f"about {round(seconds / 60)} min left"
+    return f"about {seconds / 3600:.1f} h left"
+
+
+def document_payload(document, *, reference: dict | None = None) -> dict:
+    eta = seconds_left(document, reference)
     return {
         "id": document.pk,
         "title": document.title,
         "status": document.status,
+        "stage": document.stage,
+        "stage_label": document.get_stage_display(),
+        "stage_done": document.stage_done,
+        "stage_total": document.stage_total,
+        "eta_seconds": eta,
+        "eta_label": _duration(eta),
         "chunks_done": document.chunks_done,
         "chunk_count": document.chunk_count,
         "entity_count": document.entity_count,
@@ -25,13 +104,22 @@ def document_payload(document) -> dict:
         "prompt_tokens": document.prompt_tokens,
         "completion_tokens": document.completion_tokens,
         "error": document.error,
+        "retryable": document.retryable,
     }
 
 
 def publish_document_progress(document) -> None:
     """Tell the workspace's group where this document stands, once the change is committed."""
     group = workspace_group(document.workspace_id)
-    event = {"type": "document.progress", "document": document_payload(document)}
+    reference = workspace_pace(document.workspace_id) if document.status in ("pending", "processing") else None
+    event = {"type": "document.progress", "document": document_payload(document, reference=reference)}
+    transaction.on_commit(lambda: _send(group, event))
+
+
+def publish_document_deleted(document) -> None:
+    """Drop the document's row from open document lists, once the deletion is committed."""
+    group = workspace_group(document.workspace_id)
+    event = {"type": "document.deleted", "document": {"id": document.pk}}
     transaction.on_commit(lambda: _send(group, event))
 
 

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
 DEFAULT_ENTITY_TYPES = [
@@ -87,6 +88,15 @@ class Document(models.Model):
         PROCESSED = "processed", "Processed"
         FAILED = "failed", "Failed"
 
+    class Stage(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        PARSING = "parsing", "Reading the file"
+        EMBEDDING = "embedding", "Embedding chunks"
+        EXTRACTING = "extracting", "Extracting"
+        BUILDING = "building", "Building the graph"
+        PUBLISHING = "publishing", "Publishing"
+        DONE = "done", "Done"
+
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="documents")
     title = models.CharField(max_length=300)
     original_filename = models.CharField(max_length=300, blank=True)
@@ -107,18 +117,52 @@ class Document(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # Where a run stands, for the document list: the stage and its progress (units of the stage:
+    # chunks, graph rows), and the seconds each stage has taken so far (for estimates and benchmarks).
+    stage = models.CharField(max_length=12, choices=Stage.choices, default=Stage.QUEUED)
+    stage_done = models.PositiveIntegerField(default=0)
+    stage_total = models.PositiveIntegerField(default=0)
+    timings = models.JSONField(default=dict, blank=True)
+    # Lease of the run that holds the document (knowledge.ingestion): a heartbeat extends it while
+    # the run is alive, so a run that died is taken over once it expires.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Runs take turns: the claimable document whose turn came first goes next.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    # Transient failures (model or database unreachable) in a row; too many fail the document.
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # sha256 of the uploaded bytes: the same file twice is refused at upload, before parsing.
+    file_hash = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
+            # The text's hash is known once the worker has parsed the file.
             models.UniqueConstraint(
                 fields=["workspace", "content_hash"],
+                condition=~Q(content_hash=""),
                 name="document_unique_content_per_workspace",
             )
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at", "id"],
+                condition=Q(status__in=["pending", "processing"]),
+                name="document_claimable",
+            ),
+            models.Index(fields=["workspace", "file_hash"], name="document_file_hash"),
         ]
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def retryable(self) -> bool:
+        """Failed, or held by a run that died (its lease ran out before anyone took it over)."""
+        if self.status == self.Status.FAILED:
+            return True
+        expired = self.lease_expires_at is not None and self.lease_expires_at < timezone.now()
+        return self.status == self.Status.PROCESSING and expired
 
 
 class Chunk(models.Model):
@@ -149,6 +193,9 @@ class Entity(models.Model):
     type = models.CharField(max_length=80, blank=True)
     description = models.TextField(blank=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+    # Set with the vector when the first document that supports the entity is published; until
+    # then nothing serves it (knowledge.ingestion, "Publishing").
+    published = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -173,6 +220,8 @@ class Relation(models.Model):
     description = models.TextField(blank=True)
     weight = models.FloatField(default=0.0)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+    # As Entity.published; degrees count published relations only (triggers, migration 0005).
+    published = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -185,8 +234,16 @@ class Relation(models.Model):
         # index-only scans, where a heap fetch would read a page of vectors per relation.
         indexes = [
             embedding_index("relation"),
-            models.Index(fields=["source"], include=["target", "workspace", "weight", "id"], name="relation_by_source"),
-            models.Index(fields=["target"], include=["source", "workspace", "weight", "id"], name="relation_by_target"),
+            models.Index(
+                fields=["source"],
+                include=["target", "workspace", "weight", "id", "published"],
+                name="relation_by_source",
+            ),
+            models.Index(
+                fields=["target"],
+                include=["source", "workspace", "weight", "id", "published"],
+                name="relation_by_target",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -194,8 +251,8 @@ class Relation(models.Model):
 
 
 class EntityDegree(models.Model):
-    """How many relations touch an entity: written only by triggers on knowledge_relation
-    (migration 0003), so every writer of relations (merge, deletion, curation, undo, raw SQL)
+    """How many published relations touch an entity: written only by triggers on knowledge_relation
+    (migrations 0003 and 0005), so every writer of relations (merge, deletion, curation, undo, raw SQL)
     keeps it exact. Entities without relations have no row.
 
     Ranking reads the degrees of hundreds of entities per query, and counting them from the
@@ -255,6 +312,54 @@ class ChunkExtraction(models.Model):
 
     def __str__(self) -> str:
         return f"extraction of chunk {self.chunk_id}"
+
+
+class PendingVector(models.Model):
+    """A vector computed for a document that is not published yet.
+
+    Chunk, entity and relation vectors of a run are kept here (no HNSW index to maintain) and
+    moved onto their rows in the transaction that publishes the document, so a run that dies
+    keeps its embeddings and nobody sees half a document.
+    """
+
+    class Kind(models.TextChoices):
+        CHUNK = "chunk"
+        ENTITY = "entity"
+        RELATION = "relation"
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pending_vectors", db_index=False)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    row_id = models.BigIntegerField()
+    # The embedded text's hash: another document may reuse the vector for the same row and text.
+    text_hash = models.CharField(max_length=32)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIM)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["document", "kind", "row_id"], name="pendingvector_unique_row"),
+        ]
+        indexes = [models.Index(fields=["kind", "row_id", "text_hash"], name="pendingvector_by_row")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.row_id} of document {self.document_id}"
+
+
+class GraphRebuild(models.Model):
+    """Graph rows to rebuild from their provenance, recorded with the change that requires it
+    (a document deletion, a failed document's cleanup) and retried until the model and the
+    embeddings are reachable, so deletions converge however long an endpoint is down."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="graph_rebuilds")
+    entity_ids = models.JSONField(default=list)
+    relation_ids = models.JSONField(default=list)
+    reason = models.CharField(max_length=300)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"rebuild after {self.reason}"
 
 
 class LLMCacheEntry(models.Model):

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.http import Http404
 from pgvector.django import CosineDistance
 
-from knowledge.models import ROLE_RANK, Chunk, Entity, EntitySource, Relation, Role, Workspace
+from knowledge.models import ROLE_RANK, Chunk, Document, Entity, EntitySource, Relation, Role, Workspace
 
 
 def roles_at_least(min_role: str) -> list[str]:
@@ -188,7 +188,7 @@ def entities_browse(
     *, workspace: Workspace, query: str = "", type: str = "", order: str = "degree"
 ) -> QuerySet[Entity]:
     """The workspace's entities for the graph browser, each with `degree` and `document_count`."""
-    entities = Entity.objects.filter(workspace=workspace)
+    entities = Entity.objects.filter(workspace=workspace, published=True)
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(aliases__name__icontains=query)).distinct()
     if type:
@@ -198,14 +198,20 @@ def entities_browse(
 
 
 def entity_types_in(*, workspace: Workspace) -> list[str]:
-    rows = Entity.objects.filter(workspace=workspace).exclude(type="").order_by().values("type").annotate(n=Count("*"))
+    rows = (
+        Entity.objects.filter(workspace=workspace, published=True)
+        .exclude(type="")
+        .order_by()
+        .values("type")
+        .annotate(n=Count("*"))
+    )
     return [row["type"] for row in rows.order_by("-n", "type")]
 
 
 def relations_of_entity(*, entity: Entity) -> list[Relation]:
     """The entity's relations, strongest first, each with `other` (the entity at the far end)."""
     relations = list(
-        Relation.objects.filter(Q(source=entity) | Q(target=entity))
+        Relation.objects.filter(Q(source=entity) | Q(target=entity), published=True)
         .select_related("source", "target")
         .defer("embedding", "source__embedding", "target__embedding")
         .order_by("-weight", "pk")
@@ -217,7 +223,7 @@ def relations_of_entity(*, entity: Entity) -> list[Relation]:
 
 def entity_provenance(*, entity: Entity) -> QuerySet[EntitySource]:
     return (
-        EntitySource.objects.filter(entity=entity)
+        EntitySource.objects.filter(entity=entity, chunk__document__status=Document.Status.PROCESSED)
         .select_related("chunk__document")
         .defer("chunk__embedding", "chunk__document__text")
         .order_by("chunk__document__title", "chunk__document_id", "chunk__order")
@@ -227,13 +233,13 @@ def entity_provenance(*, entity: Entity) -> QuerySet[EntitySource]:
 def graph_top(*, workspace: Workspace, limit: int) -> dict:
     """The `limit` best-connected entities and the relations among them, shaped for Cytoscape."""
     top = list(
-        Entity.objects.filter(workspace=workspace)
+        Entity.objects.filter(workspace=workspace, published=True)
         .annotate(degree=_degree_of())
         .order_by("-degree", "name", "pk")
         .values("pk", "name", "type", "degree")[:limit]
     )
     ids = [row["pk"] for row in top]
-    edges = Relation.objects.filter(workspace=workspace, source__in=ids, target__in=ids).values(
+    edges = Relation.objects.filter(workspace=workspace, published=True, source__in=ids, target__in=ids).values(
         "pk", "source_id", "target_id", "weight", "keywords"
     )
     return {
@@ -261,7 +267,8 @@ WITH candidates AS MATERIALIZED (
            coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.source_id), 0) AS source_degree,
            coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.target_id), 0) AS target_degree
     FROM knowledge_relation c
-    WHERE c.workspace_id = %(workspace_id)s AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
+    WHERE c.workspace_id = %(workspace_id)s AND c.published
+      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
 ), ranked AS (
     SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
 )
@@ -307,23 +314,29 @@ def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int],
     dicts with id, source_id, target_id, weight and keywords."""
     ids = list(entity_ids)
     return list(
-        Relation.objects.filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
+        Relation.objects.filter(workspace=workspace, published=True, source_id__in=ids, target_id__in=ids)
         .order_by("-weight", "pk")
         .values("id", "source_id", "target_id", "weight", "keywords")[:limit]
     )
 
 
 _CHUNKS_SUPPORTING_SQL = """
-WITH entity_rows AS (
+WITH hidden AS (
+    -- Chunks of documents not published yet (or failed): nothing is served from them.
+    SELECT c.id FROM knowledge_document d JOIN knowledge_chunk c ON c.document_id = d.id
+    WHERE d.workspace_id = %(workspace_id)s AND d.status <> 'processed'
+), entity_rows AS (
     SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), relation_rows AS (
     SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), links AS (
     SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, %(from_entities)s AS reaches, s.description
     FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
+    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
     UNION ALL
     SELECT s.chunk_id, 'R', s.relation_id, r.pos, %(from_relations)s, s.description
     FROM knowledge_relationsource s JOIN relation_rows r ON r.id = s.relation_id
+    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
 ), per_chunk AS (
     SELECT chunk_id, count(*) AS support, bool_or(reaches) AS reached, min(pos) FILTER (WHERE reaches) AS first_pos
     FROM links GROUP BY chunk_id

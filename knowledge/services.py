@@ -16,16 +16,19 @@ from knowledge.models import AuditEvent, Chunk, Document, Entity, Membership, Re
 logger = logging.getLogger(__name__)
 
 
-def _rows_of(model) -> Coalesce:
-    rows = model.objects.filter(workspace=OuterRef("pk")).order_by().values("workspace").annotate(n=Count("*"))
+def _rows_of(model, **visible) -> Coalesce:
+    rows = (
+        model.objects.filter(workspace=OuterRef("pk"), **visible).order_by().values("workspace").annotate(n=Count("*"))
+    )
     return Coalesce(Subquery(rows.values("n"), output_field=IntegerField()), 0)
 
 
 def workspace_refresh_counts(*, workspace_id: int) -> None:
+    """Count what the workspace serves: chunks, entities and relations of published documents."""
     Workspace.objects.filter(pk=workspace_id).update(
-        chunk_count=_rows_of(Chunk),
-        entity_count=_rows_of(Entity),
-        relation_count=_rows_of(Relation),
+        chunk_count=_rows_of(Chunk, embedding__isnull=False),
+        entity_count=_rows_of(Entity, published=True),
+        relation_count=_rows_of(Relation, published=True),
     )
 
 

@@ -1,45 +1,61 @@
-"""Celery tasks: thin wrappers that own the retry policy; the work is in knowledge.ingestion.
+"""Celery tasks: thin wrappers over knowledge.ingestion, which owns leases, turns and retries.
 
-Redelivery after a worker crash (acks_late): the document is still `processing` with a recent
-heartbeat, so the claim fails. The task then retries itself after the stale window
-(ingestion.ingest_stale_after); by then a live worker would have refreshed the heartbeat, so
-only a dead run's document is taken over, and the resumed run skips what was already done.
+`ingest_next` is a wake-up, not an order: it runs one turn on whichever document is due. Uploads
+send one, a turn that leaves work sends another, and the sweeper (Celery beat, every
+INGEST_SWEEP_SECONDS) sends what is missing, so a lost or duplicated message costs nothing.
+
+A stopping worker (Ctrl-C on `make run`, a deploy) finishes the step at hand and gives its
+document back: the main process sets a flag on `worker_shutting_down` that the pool's
+processes, forked after it was created, read between steps.
 """
 
 import logging
+import multiprocessing
 
 from celery import shared_task
-from django.conf import settings
+from celery.signals import worker_init, worker_ready, worker_shutting_down
 
 from knowledge import ingestion
-from knowledge.models import Document
 
 logger = logging.getLogger(__name__)
 
-MAX_RETRIES = 6
-RETRY_BACKOFF_SECONDS = 60
+_stopping = None
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    max_retries=MAX_RETRIES,
-    time_limit=settings.CELERY_TASK_TIME_LIMIT,
-    soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
-)
-def ingest_document(self, document_id: int) -> str:
-    try:
-        document = ingestion.document_ingest(document_id=document_id)
-    except ingestion.IngestInterrupted as err:
-        if self.request.retries >= self.max_retries:
-            ingestion.document_fail(document_id=document_id, error=f"{err} (gave up after {self.max_retries} retries)")
-            return "failed"
-        raise self.retry(exc=err, countdown=RETRY_BACKOFF_SECONDS * 2**self.request.retries) from err
-    if document is not None:
-        return document.status
-    status = Document.objects.filter(pk=document_id).values_list("status", flat=True).first()
-    if status == Document.Status.PROCESSING and self.request.retries < self.max_retries:
-        # Someone holds it: a live worker (this is a duplicate) or a dead one (come back once it is stale).
-        raise self.retry(countdown=int(ingestion.ingest_stale_after().total_seconds()) + 5)
-    return status or "deleted"
+@worker_init.connect
+def _create_stop_flag(**kwargs) -> None:
+    global _stopping
+    _stopping = multiprocessing.Event()
+
+
+@worker_shutting_down.connect
+def _ask_runs_to_stop(**kwargs) -> None:
+    if _stopping is not None:
+        _stopping.set()
+
+
+@worker_ready.connect
+def _take_over_dead_runs(**kwargs) -> None:
+    released = ingestion.release_dead_leases()
+    if released:
+        logger.info("took over %d document(s) whose run died on this host", released)
+    ingestion.sweep()
+
+
+def stop_requested() -> bool:
+    return _stopping is not None and _stopping.is_set()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def ingest_next() -> int | None:
+    return ingestion.ingest_next(stop=stop_requested)
+
+
+@shared_task
+def sweep() -> dict:
+    return ingestion.sweep()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def rebuild_graph(rebuild_id: int) -> bool:
+    return ingestion.graph_rebuild_run(rebuild_id=rebuild_id)

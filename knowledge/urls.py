@@ -9,6 +9,7 @@ workspace_patterns = [
     path("workspaces/<slug:slug>/", views.workspace, name="workspace"),
     path("workspaces/<slug:slug>/documents/", views.documents, name="documents"),
     path("workspaces/<slug:slug>/documents/upload/", views.upload, name="upload"),
+    path("workspaces/<slug:slug>/documents/delete/", views.documents_delete, name="documents_delete"),
     path("workspaces/<slug:slug>/documents/<int:pk>/", views.document, name="document"),
     path("workspaces/<slug:slug>/documents/<int:pk>/retry/", views.document_retry, name="document_retry"),
     path("workspaces/<slug:slug>/documents/<int:pk>/delete/", views.document_delete, name="document_delete"),

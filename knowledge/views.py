@@ -1,7 +1,5 @@
 import logging
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,8 +10,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import ingestion, llm, selectors, services
-from knowledge.events import workspace_group
+from knowledge import events, ingestion, llm, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -102,7 +99,9 @@ def workspace(request, slug):
 def documents(request, slug):
     workspace = _workspace(request, slug)
     page = Paginator(workspace.documents.defer("text"), DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "knowledge/documents.html", _context(workspace, page=page))
+    # Rendered from the same payload as live updates, so a row looks the same either way.
+    rows = [events.document_payload(document, reference=events.workspace_pace(workspace.pk)) for document in page]
+    return render(request, "knowledge/documents.html", _context(workspace, page=page, rows=rows))
 
 
 def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, str]:
@@ -170,26 +169,18 @@ def document(request, slug, pk):
 def document_retry(request, slug, pk):
     workspace = _workspace(request, slug, Role.EDITOR)
     document = _document(workspace, pk)
-    if document.status != Document.Status.FAILED:
-        messages.error(request, f"“{document.title}” has not failed; only failed documents can be retried.")
-    else:
-        ingestion.document_retry(document=document)
-        document.refresh_from_db()
+    if ingestion.document_retry(document=document):
         messages.success(request, f"“{document.title}” is queued again.")
-    if request.htmx:
-        return render(request, "knowledge/_document_row.html", _context(workspace, doc=document))
-    return redirect("knowledge:documents", slug=workspace.slug)
-
-
-def _announce_deleted(document: Document) -> None:
-    """Drop the row from colleagues' open document lists (the deleter's own page reloads)."""
-    try:
-        async_to_sync(get_channel_layer().group_send)(
-            workspace_group(document.workspace_id), {"type": "document.deleted", "document": {"id": document.pk}}
+    else:
+        messages.error(
+            request, f"“{document.title}” is being worked on; only failed or abandoned documents can be retried."
         )
-    except Exception:
-        # Live updates are a courtesy; the deletion itself has been committed.
-        logger.warning("could not announce the deletion of document %s", document.pk, exc_info=True)
+    if request.htmx:
+        document.refresh_from_db()
+        return render(
+            request, "knowledge/_document_row.html", _context(workspace, doc=events.document_payload(document))
+        )
+    return redirect("knowledge:documents", slug=workspace.slug)
 
 
 @login_required
@@ -198,11 +189,29 @@ def document_delete(request, slug, pk):
     workspace = _workspace(request, slug, Role.EDITOR)
     document = _document(workspace, pk)
     if request.method == "POST":
-        ingestion.document_delete(document=document, actor=request.user)
-        _announce_deleted(document)
+        ingestion.document_delete(document=document, actor=request.user, rebuild_now=False)
         messages.success(request, f"Deleted “{document.title}” and what the graph learned only from it.")
         return redirect("knowledge:documents", slug=workspace.slug)
     return render(request, "knowledge/document_delete.html", _context(workspace, document=document))
+
+
+@login_required
+@require_POST
+def documents_delete(request, slug):
+    """Several documents at once (the list's checkboxes); the graph is rebuilt once for all of them."""
+    workspace = _workspace(request, slug, Role.EDITOR)
+    ids = [int(value) for value in request.POST.getlist("documents") if value.isdigit()]
+    documents = list(workspace.documents.filter(pk__in=ids).defer("text"))
+    if not documents:
+        messages.error(request, "Choose the documents to delete first.")
+    elif request.POST.get("confirm") != "yes":
+        return render(request, "knowledge/documents_delete.html", _context(workspace, documents=documents))
+    else:
+        count = ingestion.documents_delete(documents=documents, actor=request.user, rebuild_now=False)
+        messages.success(
+            request, f"Deleted {count} document{'s' if count != 1 else ''} and what the graph learned only from them."
+        )
+    return redirect("knowledge:documents", slug=workspace.slug)
 
 
 @login_required
@@ -228,7 +237,7 @@ def entities(request, slug):
 @require_GET
 def entity(request, slug, pk):
     workspace = _workspace(request, slug)
-    entity = get_object_or_404(workspace.entities.defer("embedding"), pk=pk)
+    entity = get_object_or_404(workspace.entities.filter(published=True).defer("embedding"), pk=pk)
     context = _context(
         workspace,
         entity=entity,

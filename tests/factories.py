@@ -50,16 +50,33 @@ def make_chunk(document: Document, *, order: int = 0, text: str = "chunk text", 
     )
 
 
-def make_entity(workspace: Workspace, name: str, *, type: str = "concept", embedding=None, **extra) -> Entity:
+def make_entity(
+    workspace: Workspace, name: str, *, type: str = "concept", embedding=None, published: bool = True, **extra
+) -> Entity:
+    """A row of the graph as it is served (published); pass published=False for one still in flight."""
     return Entity.objects.create(
-        workspace=workspace, name=name, key=name.casefold(), type=type, embedding=embedding, **extra
+        workspace=workspace,
+        name=name,
+        key=name.casefold(),
+        type=type,
+        embedding=embedding,
+        published=published,
+        **extra,
     )
 
 
-def make_relation(a: Entity, b: Entity, *, weight: float = 1.0, embedding=None, **extra) -> Relation:
+def make_relation(
+    a: Entity, b: Entity, *, weight: float = 1.0, embedding=None, published: bool = True, **extra
+) -> Relation:
     source, target = sorted([a, b], key=lambda entity: entity.pk)
     return Relation.objects.create(
-        workspace=a.workspace, source=source, target=target, weight=weight, embedding=embedding, **extra
+        workspace=a.workspace,
+        source=source,
+        target=target,
+        weight=weight,
+        embedding=embedding,
+        published=published,
+        **extra,
     )
 
 

@@ -18,11 +18,18 @@ from knowledge.graph.describe import entity_embedding_text, relation_embedding_t
 from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.graph.merge import MergeResult, merge_chunks
 from knowledge.graph.rebuild import RebuildResult, rebuild_entities, rebuild_relations
-from knowledge.graph.vectors import reembed_workspace, resize_vector_columns, update_rows, vector_dimensions
+from knowledge.graph.vectors import (
+    embed_published,
+    reembed_workspace,
+    resize_vector_columns,
+    update_rows,
+    vector_dimensions,
+)
 
 __all__ = [
     "MergeResult",
     "RebuildResult",
+    "embed_published",
     "entity_embedding_text",
     "entity_key",
     "lock_entity_keys",

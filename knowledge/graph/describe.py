@@ -131,15 +131,37 @@ def describe(kind: str, subjects: dict[int, str], descriptions: dict[int, list[s
 
 
 def embed_changed(rows: dict[int, tuple[str, str, bool]]) -> dict[int, list[float]]:
-    """Vectors for rows whose embedding text changed (or that have none): id -> (old, new, has_vector)."""
-    changed = [pk for pk, (old, new, has_vector) in rows.items() if new != old or not has_vector]
+    """Vectors for published rows whose embedding text changed: id -> (old text, new text, published).
+
+    Unpublished rows get theirs when their document is staged for publishing (knowledge.ingestion).
+    """
+    changed = [pk for pk, (old, new, published) in rows.items() if published and new != old]
     vectors = llm.embed([rows[pk][1] for pk in changed], purpose="passage")
     return dict(zip(changed, vectors, strict=True))
 
 
-def entity_embedding_text(name: str, description: str) -> str:
-    return f"{name}\n{description}".strip()
+# What a graph row's vector is made of: short, and as stable as the row. An entity is its name and
+# the first words of its description's first line (what the first source said of it), which stay
+# put while later sources add lines below; a relation is its two names, its first keywords and the
+# first words of its description. Only a summary (LLM) or the loss of the first source changes
+# them. Every new text costs the embedding model (whose cost grows with every token) and an HNSW
+# insertion, so re-embedding whole growing descriptions after every document is what made the
+# default path ten times slower than its floor; the full descriptions reach the answer through
+# the context tables instead.
+TEXT_WORDS = 30
+TEXT_KEYWORDS = 5
 
 
-def relation_embedding_text(keywords: str, source: str, target: str, description: str) -> str:
-    return f"{keywords}\n{source}\n{target}\n{description}".strip()
+def _first_words(description: str) -> str:
+    return " ".join(description.strip().split("\n", 1)[0].split()[:TEXT_WORDS])
+
+
+def entity_embedding_text(name: str, description: str = "") -> str:
+    return "\n".join(part for part in (name.strip(), _first_words(description)) if part)
+
+
+def relation_embedding_text(source: str, target: str, keywords: str = "", description: str = "") -> str:
+    themes = ", ".join([word.strip() for word in keywords.split(",") if word.strip()][:TEXT_KEYWORDS])
+    return "\n".join(
+        part for part in (f"{source.strip()} – {target.strip()}", themes, _first_words(description)) if part
+    )

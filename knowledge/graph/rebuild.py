@@ -10,12 +10,7 @@ from psycopg.errors import DeadlockDetected
 
 from knowledge import llm
 from knowledge.extraction import keyword_union
-from knowledge.graph.describe import (
-    describe,
-    embed_changed,
-    entity_embedding_text,
-    relation_embedding_text,
-)
+from knowledge.graph.describe import describe, embed_changed, entity_embedding_text, relation_embedding_text
 from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.graph.vectors import update_rows
 from knowledge.models import Entity, EntitySource, Relation, RelationSource
@@ -49,11 +44,11 @@ def _fingerprints(model, field: str, ids: list[int]) -> dict[int, tuple]:
 def rebuild_entities(
     *, entity_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
 ) -> RebuildResult:
-    """Recompute type (majority vote), description and vector of each entity from its provenance.
+    """Recompute type (majority vote), display name and description of each entity from its provenance.
 
-    Entities left without provenance are deleted (their relations with them). Only rows
-    whose embedding text changed are re-embedded. `fallback` keeps budgeted fragments when
-    a summary call fails instead of raising.
+    Entities left without provenance are deleted (their relations with them). A published entity
+    whose display name changed is embedded again. `fallback` keeps budgeted fragments when a
+    summary call fails instead of raising.
     """
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(entity_ids):
@@ -64,7 +59,7 @@ def rebuild_entities(
 def rebuild_relations(
     *, relation_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
 ) -> RebuildResult:
-    """Recompute weight (sum of strengths), keywords (union), description and vector of each relation."""
+    """Recompute weight (sum of strengths), keywords (union) and description of each relation."""
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(relation_ids):
         _rebuild_batch(_RelationRebuild(batch, usage, fallback), result)
@@ -119,7 +114,7 @@ class _EntityRebuild:
         rows = {
             row["pk"]: row
             for row in Entity.objects.filter(pk__in=ids).values(
-                "pk", "workspace_id", "key", "name", "type", "description", "embedding"
+                "pk", "workspace_id", "key", "name", "type", "description", "published"
             )
         }
         types: dict[int, Counter] = {}
@@ -148,7 +143,7 @@ class _EntityRebuild:
                 pk: (
                     entity_embedding_text(row["name"], row["description"]),
                     entity_embedding_text(names[pk], merged[pk]),
-                    row["embedding"] is not None,
+                    row["published"],
                 )
                 for pk, row in alive.items()
             }
@@ -198,7 +193,7 @@ class _RelationRebuild:
                 "keywords",
                 "description",
                 "weight",
-                "embedding",
+                "published",
                 "source__name",
                 "target__name",
             )
@@ -224,14 +219,16 @@ class _RelationRebuild:
             self.fallback,
         )
         new_keywords = {pk: keyword_union(keywords[pk]) for pk in alive}
+        # Endpoint names do not change here (renaming or merging an endpoint re-embeds its
+        # relations: knowledge.curation); the first keywords and the description's first line may.
         vectors = embed_changed(
             {
                 pk: (
                     relation_embedding_text(
-                        row["keywords"], row["source__name"], row["target__name"], row["description"]
+                        row["source__name"], row["target__name"], row["keywords"], row["description"]
                     ),
-                    relation_embedding_text(new_keywords[pk], row["source__name"], row["target__name"], merged[pk]),
-                    row["embedding"] is not None,
+                    relation_embedding_text(row["source__name"], row["target__name"], new_keywords[pk], merged[pk]),
+                    row["published"],
                 )
                 for pk, row in alive.items()
             }

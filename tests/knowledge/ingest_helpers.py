@@ -1,9 +1,10 @@
 """A scripted extraction model for ingestion tests: it answers from facts keyed by sentence."""
 
 import re
+import time
 
 from knowledge import prompts
-from knowledge.models import Entity, Relation
+from knowledge.models import Entity, Relation, Workspace
 
 FACTS = {
     "Alice Smith founded Acme Corp.": [
@@ -57,6 +58,7 @@ def graph_dump(workspace) -> dict:
             "type": entity.type,
             "description": entity.description,
             "has_vector": entity.embedding is not None,
+            "published": entity.published,
             "sources": sorted(
                 (source.chunk.document.title, source.chunk.order, source.description)
                 for source in entity.sources.select_related("chunk__document")
@@ -70,6 +72,7 @@ def graph_dump(workspace) -> dict:
             "keywords": relation.keywords,
             "description": relation.description,
             "has_vector": relation.embedding is not None,
+            "published": relation.published,
             "sources": sorted(
                 (source.chunk.document.title, source.chunk.order, source.description, source.strength)
                 for source in relation.sources.select_related("chunk__document")
@@ -78,3 +81,37 @@ def graph_dump(workspace) -> dict:
         for relation in Relation.objects.filter(workspace=workspace).select_related("source", "target")
     }
     return {"entities": entities, "relations": relations}
+
+
+# A long document of numbered meetings, for runs that must be interrupted or overtaken.
+PARTS = 40
+LINE = "Part {index:02d}: Person {prefix}{index:02d} meets Shared Person."
+MEETING = re.compile(r"Person ([A-Z]\d\d) meets Shared Person\.")
+
+
+def parts(prefix: str = "A") -> str:
+    return "\n".join(LINE.format(index=index, prefix=prefix) for index in range(PARTS))
+
+
+def meetings(body: dict, delay: float = 0.0) -> str:
+    """Extraction answers for the numbered parts; slow enough, with `delay`, to be interrupted."""
+    system = body["messages"][0]["content"]
+    if system.startswith("You merge descriptions"):
+        return "Summary: " + " / ".join(re.findall(r"^- (.*)$", body["messages"][1]["content"], flags=re.M))
+    if len(body["messages"]) > 2:
+        return prompts.DONE_MARKER
+    time.sleep(delay)
+    lines = []
+    for person in MEETING.findall(body["messages"][1]["content"]):
+        lines += [
+            f"entity<|>Person {person}<|>person<|>Person {person} took part in meeting {person}.",
+            f"entity<|>Shared Person<|>person<|>Shared Person met Person {person}.",
+            f"relation<|>Person {person}<|>Shared Person<|>meeting<|>They met at meeting {person}.<|>2",
+        ]
+    return "\n".join([*lines, prompts.DONE_MARKER])
+
+
+def small_chunks(workspace: Workspace) -> Workspace:
+    Workspace.objects.filter(pk=workspace.pk).update(chunk_token_size=14, chunk_overlap_tokens=0)
+    workspace.refresh_from_db()
+    return workspace

@@ -2,15 +2,17 @@ import asyncio
 import re
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
+from django.utils import timezone
 
 from knowledge import ingestion, prompts
 from knowledge.models import Chunk, ChunkExtraction, Document, Entity, EntitySource, Relation, Workspace
-from knowledge.tasks import ingest_document
+from knowledge.tasks import ingest_next
 from tests.factories import make_workspace
 from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer, graph_dump
 
@@ -148,6 +150,7 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
     document.refresh_from_db()
     assert document.status == "pending"
     assert "will retry" in document.error
+    Document.objects.filter(pk=document.pk).update(next_attempt_at=document.created_at)  # its backoff is over
     assert document.chunks_done == 8
     chunk_count = document.chunk_count
     assert chunk_count > 8
@@ -243,25 +246,35 @@ def test_malformed_lines_are_skipped_and_counted(openai_double, workspace):
     assert relation.weight == 1.0  # an unreadable strength counts as 1
 
 
+def _turns_until_settled() -> int:
+    """Run turns as a worker would until nothing is due; how many turns ran."""
+    turns = 0
+    while ingest_next.apply().get() is not None:
+        turns += 1
+        Document.objects.filter(status="pending").update(next_attempt_at=timezone.now())  # no backoff waits
+    return turns
+
+
 def test_a_model_that_keeps_failing_leaves_the_document_failed_with_the_reason(openai_double, workspace, settings):
     settings.LLM_MAX_RETRIES = 1
+    settings.INGEST_MAX_ATTEMPTS = 2
     openai_double.fail(1000, status=503, message="the model is overloaded")
     document = _create(workspace, "a.txt", DOC_A)
 
-    assert ingest_document.apply(args=[document.pk]).get() == "failed"
+    assert _turns_until_settled() == 3
 
     document.refresh_from_db()
     assert document.status == "failed"
     assert "503" in document.error
     assert "the model is overloaded" in document.error
-    assert "gave up" in document.error
+    assert "gave up after 2 attempts" in document.error
 
 
 def test_a_refused_api_key_fails_the_document_at_once(openai_double, workspace):
     openai_double.fail(1, status=401)
     document = _create(workspace, "a.txt", DOC_A)
 
-    assert ingest_document.apply(args=[document.pk]).get() == "failed"
+    assert _turns_until_settled() == 1
 
     document.refresh_from_db()
     assert "LLM_API_KEY" in document.error
@@ -273,17 +286,19 @@ def test_a_second_run_of_a_processed_document_does_nothing(scripted, workspace):
     scripted.clear()
 
     assert ingestion.document_ingest(document_id=document.pk) is None
-    assert ingest_document.apply(args=[document.pk]).get() == "processed"
+    assert ingest_next.apply().get() is None
     assert scripted.requests == []
 
 
-def test_a_stale_processing_document_is_taken_over_and_resumed(scripted, workspace):
+def test_a_document_whose_run_died_is_taken_over_once_its_lease_expires(scripted, workspace):
     document = _create(workspace, "a.txt", DOC_A)
-    Document.objects.filter(pk=document.pk).update(status="processing")
-    assert ingestion.document_ingest(document_id=document.pk) is None  # a live worker may still have it
+    lease = timezone.now() + timedelta(seconds=60)
+    Document.objects.filter(pk=document.pk).update(
+        status="processing", lease_owner="elsewhere:1", lease_expires_at=lease
+    )
+    assert ingestion.document_ingest(document_id=document.pk) is None  # a live run holds it
 
-    stale = ingestion.ingest_stale_after() * 2
-    Document.objects.filter(pk=document.pk).update(updated_at=document.updated_at - stale)
+    Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
     assert ingestion.document_ingest(document_id=document.pk).status == "processed"
 

@@ -6,7 +6,7 @@ import pytest
 from pypdf import PdfWriter
 
 from knowledge import ingestion, parsing
-from knowledge.models import Document
+from knowledge.models import Document, Entity
 
 pytestmark = pytest.mark.django_db
 
@@ -88,29 +88,49 @@ def test_it_reads_the_text_layer_of_a_pdf():
         ("image.png", b"\x89PNG....", "Upload one of: .txt, .md, .markdown, .html, .htm, .pdf, .docx"),
         ("empty.txt", b"", "empty"),
         ("binary.txt", bytes(range(256)) * 10, "binary"),
-        ("broken.pdf", b"%PDF-1.4 nonsense", "could not be read as a PDF"),
-        ("broken.docx", b"PK not a zip", "could not be read as a Word .docx file"),
     ],
 )
-def test_it_refuses_what_it_cannot_read_with_a_message(workspace, filename, data, message):
+def test_an_upload_that_cannot_be_text_is_refused_at_once_with_a_message(workspace, filename, data, message):
     with pytest.raises(ingestion.DocumentRejected, match=message):
         ingestion.document_create(workspace=workspace, filename=filename, data=data, enqueue=False)
 
     assert not Document.objects.exists()
 
 
-def test_a_pdf_without_a_text_layer_says_no_text_found(workspace):
-    with pytest.raises(ingestion.DocumentRejected, match="No text found in scan.pdf"):
-        ingestion.document_create(workspace=workspace, filename="scan.pdf", data=_blank_pdf(), enqueue=False)
+@pytest.mark.parametrize(
+    ("filename", "data", "message"),
+    [
+        ("broken.pdf", b"%PDF-1.4 nonsense", "could not be read as a PDF"),
+        ("broken.docx", b"PK not a zip", "could not be read as a Word .docx file"),
+        ("scan.pdf", _blank_pdf(), "No text found in scan.pdf"),
+    ],
+)
+def test_a_file_the_worker_cannot_read_fails_with_a_message_and_adds_nothing(workspace, filename, data, message):
+    document = ingestion.document_create(workspace=workspace, filename=filename, data=data, enqueue=False)
+
+    ingestion.document_ingest(document_id=document.pk)
+
+    document.refresh_from_db()
+    assert document.status == "failed"
+    assert message in document.error
+    assert not document.chunks.exists()
+    assert not Entity.objects.exists()
 
 
-def test_the_same_text_twice_in_a_workspace_is_refused_as_a_duplicate(workspace):
+def test_the_same_file_twice_is_refused_at_upload_and_the_same_text_fails_in_the_worker(workspace, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
     first = ingestion.document_create(workspace=workspace, filename="a.txt", data=b"Same words.", enqueue=False)
-
     with pytest.raises(ingestion.DocumentRejected, match="same text as “a”"):
-        ingestion.document_create(workspace=workspace, filename="copy.md", data=b"Same words.\n", enqueue=False)
+        ingestion.document_create(workspace=workspace, filename="again.txt", data=b"Same words.", enqueue=False)
+    ingestion.document_ingest(document_id=first.pk)
+    copy = ingestion.document_create(workspace=workspace, filename="copy.md", data=b"Same words.\n", enqueue=False)
 
-    assert list(Document.objects.values_list("pk", flat=True)) == [first.pk]
+    ingestion.document_ingest(document_id=copy.pk)
+
+    copy.refresh_from_db()
+    assert copy.status == "failed"
+    assert "same text as “a”" in copy.error
 
 
 def test_pasted_text_becomes_a_pending_document_titled_by_its_first_line(workspace, owner):
@@ -130,12 +150,12 @@ def test_an_upload_keeps_its_source_file_and_is_queued_after_commit(
 ):
     settings.MEDIA_ROOT = tmp_path
     queued = []
-    sender = types.SimpleNamespace(send_task=lambda name, args: queued.append((name, *args)))
-    monkeypatch.setattr("knowledge.ingestion.current_app", sender)
+    sender = types.SimpleNamespace(send_task=queued.append)
+    monkeypatch.setattr("knowledge.ingestion.uploads.current_app", sender)
 
     with django_capture_on_commit_callbacks(execute=True):
         document = ingestion.document_create(workspace=workspace, filename="notes.txt", data=b"Hello team.")
 
     assert document.title == "notes"
     assert document.source_file.read() == b"Hello team."
-    assert queued == [("knowledge.tasks.ingest_document", document.pk)]
+    assert queued == ["knowledge.tasks.ingest_next"]

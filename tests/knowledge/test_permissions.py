@@ -52,6 +52,9 @@ CASES: dict[str, list[Case]] = {
         Case(args=("slug", "document"), min_role=Role.EDITOR),
         Case(args=("slug", "document"), method="post", min_role=Role.EDITOR),
     ],
+    "knowledge:documents_delete": [
+        Case(method="post", min_role=Role.EDITOR, data_from={"documents": "document"}),
+    ],
     "knowledge:entities": [Case()],
     "knowledge:entity": [Case(args=("slug", "entity"))],
     "knowledge:graph": [Case()],

@@ -6,6 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from pypdf import PdfWriter
 
+from knowledge import ingestion
 from knowledge.models import Document, Role
 from tests.factories import make_user
 
@@ -52,9 +53,8 @@ def _upload(client, workspace, *files, **fields):
         ("empty.txt", b"", "empty"),
         ("data.exe", b"MZ\x90\x00 some program", "is not supported"),
         ("binary.txt", bytes(range(256)) * 8, "not text"),
-        ("scan.pdf", _blank_pdf(), "needs text recognition"),
     ],
-    ids=["empty", "unsupported-type", "binary-named-txt", "pdf-without-text"],
+    ids=["empty", "unsupported-type", "binary-named-txt"],
 )
 def test_it_refuses_a_bad_file_with_a_message_and_stores_nothing(
     editor_client, workspace, media, name, content, message
@@ -70,6 +70,17 @@ def test_it_refuses_a_bad_file_with_a_message_and_stores_nothing(
     assert message.lower() in text.lower()
     assert not Document.objects.exists()
     assert _stored_files(media) == []
+
+
+def test_a_pdf_without_text_is_queued_and_fails_in_the_worker_with_what_to_do(editor_client, workspace, media):
+    response = _upload(editor_client, workspace, SimpleUploadedFile("scan.pdf", _blank_pdf()))
+
+    assert response.status_code == 302  # accepted: reading it is the worker's job, off the request
+    document = Document.objects.get()
+    ingestion.document_ingest(document_id=document.pk)
+    document.refresh_from_db()
+    assert document.status == "failed"
+    assert "needs text recognition" in document.error
 
 
 def test_it_refuses_a_file_over_the_size_limit_before_parsing_it(editor_client, workspace, media, settings):

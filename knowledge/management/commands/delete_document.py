@@ -5,14 +5,21 @@ from knowledge.models import Document
 
 
 class Command(BaseCommand):
-    help = "Delete a document and exactly what the graph learned only from it (the rest is rebuilt)."
+    help = (
+        "Delete documents of one workspace and exactly what the graph learned only from them; the rest "
+        "is rebuilt once, in this process."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("id", type=int, help="Document id (see the `documents` command).")
+        parser.add_argument("ids", nargs="+", type=int, help="Document ids (see the `documents` command).")
 
-    def handle(self, *args, id, **options):  # noqa: A002 - the argument's name on the command line
-        document = Document.objects.select_related("workspace").filter(pk=id).first()
-        if document is None:
-            raise CommandError(f"No document with id {id}.")
-        ingestion.document_delete(document=document)
-        self.stdout.write(f"Deleted document {id} ({document.title}) from workspace {document.workspace.slug}.")
+    def handle(self, *args, ids, **options):
+        documents = list(Document.objects.select_related("workspace").filter(pk__in=ids).defer("text"))
+        missing = sorted(set(ids) - {document.pk for document in documents})
+        if missing:
+            raise CommandError(f"No document with id {', '.join(map(str, missing))}.")
+        if len({document.workspace_id for document in documents}) > 1:
+            raise CommandError("These documents belong to different workspaces; delete them one workspace at a time.")
+        ingestion.documents_delete(documents=documents)
+        titles = ", ".join(f"{document.pk} ({document.title})" for document in documents)
+        self.stdout.write(f"Deleted {titles} from workspace {documents[0].workspace.slug}.")

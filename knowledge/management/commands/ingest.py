@@ -79,13 +79,12 @@ class Command(BaseCommand):
         interactive = sys.stdout.isatty()
 
         def progress(current: Document) -> None:
-            if interactive and current.chunk_count:
+            if interactive and current.stage_total:
                 width = 30
-                filled = width * current.chunks_done // current.chunk_count
+                filled = width * current.stage_done // current.stage_total
                 bar = "#" * filled + "." * (width - filled)
-                self.stdout.write(
-                    f"\r{path.name[:40]:40} [{bar}] {current.chunks_done}/{current.chunk_count} chunks", ending=""
-                )
+                stage = f"{current.get_stage_display()} {current.stage_done}/{current.stage_total}"
+                self.stdout.write(f"\r{path.name[:40]:40} [{bar}] {stage:40}", ending="")
                 self.stdout.flush()
 
         try:
