@@ -5,6 +5,7 @@ the data folder; pgserver counts the processes and stops the server when the las
 """
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -23,6 +24,7 @@ def embedded_database(pgdata: Path) -> dict:
     # pgserver logs every start at INFO on the root logger before Django configures logging.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
+    forget_dead_processes(pgdata)
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="stop")
     except Exception as exc:
@@ -43,6 +45,29 @@ def embedded_database(pgdata: Path) -> dict:
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
     }
+
+
+def forget_dead_processes(pgdata: Path) -> None:
+    """Drop processes that died without letting go of the server (kill -9) from pgserver's list of
+    users, so the last live one still stops it on exit instead of leaving it running forever."""
+    from pgserver.postgres_server import PostgresServer
+    from pgserver.utils import DiskList
+
+    users = DiskList(pgdata / ".handle_pids.json")
+    with PostgresServer._lock:
+        alive = [pid for pid in users.get() if _alive(pid)]
+        if alive != users.get():
+            users.put(alive)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _ensure_database(server) -> None:

@@ -1,14 +1,24 @@
 """`make run`: bring the whole app up on embedded defaults.
 
 Starts (or reuses) the embedded Postgres, makes sure Redis answers, migrates, ensures the
-demo user, then runs web and worker from the Procfile under honcho until Ctrl-C.
+demo user, then runs web, worker and beat from the Procfile until Ctrl-C (or SIGTERM).
+
+Stopping is graceful and bounded: each process gets SIGTERM; workers finish the step at hand
+and give their document back (knowledge.tasks); whatever still runs after WORKER_STOP_TIMEOUT
+seconds is killed, and its document is taken over at the next start. The embedded Postgres
+stops last, whatever happened to the others. (honcho, which this replaced, kills after five
+seconds, which cut workers off mid-step, and left Postgres running when one was killed.)
 """
 
+import contextlib
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -58,6 +68,83 @@ def ensure_redis() -> str:
     sys.exit(f"Started redis-server but it does not answer at {local_url}; see {data / 'redis.log'}.")
 
 
+PREFIX_COLOURS = ("\033[36m", "\033[33m", "\033[35m", "\033[32m")
+RESET = "\033[0m"
+
+
+def procfile(env: dict) -> dict[str, list[str]]:
+    """The Procfile's processes, their commands split and $VARIABLES filled from `env`."""
+    processes = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        name, separator, command = line.partition(":")
+        if separator and name.strip() and not name.startswith("#"):
+            expanded = re.sub(r"\$(\w+)", lambda match: env.get(match.group(1), ""), command)
+            processes[name.strip()] = shlex.split(expanded)
+    return processes
+
+
+def _relay(name: str, colour: str, stream) -> None:
+    tty = sys.stdout.isatty()
+    label = f"{colour}{name:7}|{RESET} " if tty else f"{name:7}| "
+    for line in iter(stream.readline, b""):
+        sys.stdout.write(label + line.decode(errors="replace"))
+        sys.stdout.flush()
+
+
+class Supervisor:
+    """Runs the Procfile's processes, each in a process group of its own, and stops them all."""
+
+    def __init__(self, env: dict, stop_timeout: float):
+        self.env, self.stop_timeout = env, stop_timeout
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.stopping = threading.Event()
+
+    def start(self) -> None:
+        for index, (name, command) in enumerate(procfile(self.env).items()):
+            process = subprocess.Popen(  # noqa: S603 - commands from our own Procfile
+                command,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                # Own group: Ctrl-C reaches only this process, which stops the others in order.
+                start_new_session=True,
+            )
+            self.processes[name] = process
+            colour = PREFIX_COLOURS[index % len(PREFIX_COLOURS)]
+            threading.Thread(target=_relay, args=(name, colour, process.stdout), daemon=True).start()
+
+    def wait(self) -> int:
+        """Until one process exits or a stop is asked for; the first exit code that is not 0."""
+        while not self.stopping.is_set():
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    print(f"{name} exited with code {process.returncode}; stopping the others.", flush=True)
+                    self.stop()
+                    return process.returncode or 1
+            self.stopping.wait(0.5)
+        return 0
+
+    def stop(self, *_signal) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        print(f"Stopping (workers finish their step; at most {self.stop_timeout:g} s)...", flush=True)
+        for process in self.processes.values():
+            # The main process only: Celery's pool processes die at once on a SIGTERM of their
+            # own, while their parent's warm shutdown lets them finish the step at hand.
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        for name, process in self.processes.items():
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"{name} did not stop within {self.stop_timeout:g} s; killing it.", flush=True)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
 def main() -> None:
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -75,11 +162,13 @@ def main() -> None:
     call_command("ensure_demo", username=username, password=password)
 
     from django.conf import settings
+    from django.db import connections
 
     host = os.environ.get("HOST", "127.0.0.1")
     shown_host = "localhost" if host in {"127.0.0.1", "0.0.0.0"} else host  # noqa: S104 - only compared
     url = f"http://{shown_host}:{settings.PORT}/"
-    database = "embedded Postgres in .data/postgres" if not os.environ.get("DATABASE_URL") else "DATABASE_URL"
+    embedded = not os.environ.get("DATABASE_URL")
+    database = "embedded Postgres in .data/postgres" if embedded else "DATABASE_URL"
     redis_host = urlparse(os.environ["REDIS_URL"]).netloc
     print(
         f"\n  GraphRAG Teams is starting at {url}\n"
@@ -87,18 +176,21 @@ def main() -> None:
         f"  Database: {database}. Redis: {redis_host}. Ctrl-C stops everything.\n",
         flush=True,
     )
+    connections.close_all()
     # daphne and celery live next to this interpreter (the project's virtualenv).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PORT": str(settings.PORT), "HOST": host, "PATH": path}
-    honcho = [sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile")]
-    process = subprocess.Popen(honcho, env=env)  # noqa: S603 - our own interpreter and Procfile
-    # Ctrl-C in the terminal reaches honcho too, which stops web and worker; a SIGTERM (`kill`,
-    # a supervisor) reaches only this process, so pass it on rather than orphan them.
-    signal.signal(signal.SIGTERM, lambda signum, frame: process.terminate())
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        code = process.wait()
+    supervisor = Supervisor(env, settings.WORKER_STOP_TIMEOUT)
+    signal.signal(signal.SIGTERM, supervisor.stop)
+    signal.signal(signal.SIGINT, supervisor.stop)
+    supervisor.start()
+    code = supervisor.wait()
+    supervisor.stop()
+    if embedded:
+        from config.embedded_postgres import forget_dead_processes
+
+        # A process killed above never let go of the server; the exit of this one stops it.
+        forget_dead_processes(settings.DATA_DIR / "postgres")
     sys.exit(code)
 
 
