@@ -181,7 +181,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     def retrieve(self, turn: Turn, usage: Usage) -> RetrievalResult:
         try:
-            result = retrieve(
+            return retrieve(
                 workspace=self.workspace,
                 question=turn.question,
                 mode=turn.mode,
@@ -189,8 +189,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 history=turn.history,
                 usage=usage,
             )
-            result.subgraph = selectors.subgraph_with_descriptions(workspace=self.workspace, subgraph=result.subgraph)
-            return result
         finally:
             # Runs on a pool thread, of which there are many: a connection left open there
             # would idle until the process exits.

@@ -26,6 +26,7 @@ from knowledge.models import Workspace
 from knowledge.retrieval.concurrent import run_together
 from knowledge.retrieval.context import (
     SUBGRAPH_MAX_EDGES,
+    GraphNode,
     build_citations,
     build_subgraph,
     fit_table,
@@ -317,11 +318,11 @@ def _local_search(*, workspace, vector, k, floor, budgets) -> tuple[list, list[d
 
 def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
     """Entity and relation rows in LightRAG's order, before budgets; plus what is known of
-    every entity seen (name, type, degree), for the subgraph."""
-    known = {}
+    every entity seen (name, type, degree, description), for the subgraph."""
+    known: dict[int, GraphNode] = {}
 
     def entity_row(entity, degree: int) -> EntityRow:
-        known[entity.pk] = (entity.name, entity.type, degree)
+        known[entity.pk] = GraphNode(entity.name, entity.type, degree, entity.description)
         return EntityRow(
             id="", entity_id=entity.pk, name=entity.name, type=entity.type, description=entity.description, rank=degree
         )
@@ -330,9 +331,13 @@ def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
         entity_row(entity, entity.degree)
         for entity in sorted(found_entities, key=lambda entity: (-entity.degree, entity.distance))
     ]
+    # The found entities are known already; one-hop rows describe only the entities at their far ends.
     for row in one_hop:
-        known.setdefault(row["source_id"], (row["source_name"], row["source_type"], row["source_degree"]))
-        known.setdefault(row["target_id"], (row["target_name"], row["target_type"], row["target_degree"]))
+        for end in ("source", "target"):
+            known.setdefault(
+                row[f"{end}_id"],
+                GraphNode(row[f"{end}_name"], row[f"{end}_type"], row[f"{end}_degree"], row[f"{end}_description"]),
+            )
     local_relations = [
         RelationRow(
             id="",
