@@ -59,6 +59,7 @@ from knowledge.selectors import (
 
 __all__ = [
     "DEFAULT_CHUNK_TOP_K",
+    "DEFAULT_MODE",
     "DEFAULT_TOP_K",
     "MODES",
     "Budgets",
@@ -76,6 +77,7 @@ __all__ = [
 ]
 
 MODES = ("mix", "hybrid", "local", "global", "naive", "bypass")
+DEFAULT_MODE = "mix"
 _LOCAL_MODES = {"local", "hybrid", "mix"}
 _GLOBAL_MODES = {"global", "hybrid", "mix"}
 _CHUNK_SEARCH_MODES = {"naive", "mix"}
@@ -135,7 +137,7 @@ def retrieve(
     *,
     workspace: Workspace,
     question: str,
-    mode: str = "mix",
+    mode: str = DEFAULT_MODE,
     top_k: int = DEFAULT_TOP_K,
     chunk_top_k: int | None = None,
     keywords: Keywords | dict | None = None,
@@ -144,13 +146,11 @@ def retrieve(
     vectors: QueryVectors | None = None,
     usage: llm.Usage | None = None,
 ) -> RetrievalResult:
-    """Build the context for a question. Raises ValueError on bad arguments, llm.LLMError when
-    a model call (keywords, embeddings) fails."""
+    """Build the context for a question. Raises ValueError on an unknown mode, llm.LLMError when
+    a model call (keywords, embeddings) fails. What people may ask for (the limits of top_k and
+    the rest) is the ask service's to check (knowledge/asking.py), before it calls this."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
-    for name, value in (("top_k", top_k), ("chunk_top_k", chunk_top_k)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 500):
-            raise ValueError(f"{name} must be a whole number from 1 to 500, got {value!r}.")
     budgets = Budgets.coerce(budgets)
     history = recent_turns(history)
     stats = _Stats()
