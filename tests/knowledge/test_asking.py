@@ -1,6 +1,16 @@
+import json
+import threading
+from io import StringIO
+
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.management import CommandError, call_command
+from django.db import connections
+from django.test import Client
+from django.urls import reverse
 
+from knowledge import asking
+from knowledge.api_tokens import api_token_create
 from knowledge.asking import (
     QUESTION_MAX_CHARS,
     TOP_K_MAX,
@@ -18,6 +28,7 @@ from knowledge.asking import (
 )
 from knowledge.models import Document
 from knowledge.retrieval import Budgets, Keywords
+from tests.chat.sockets import ask, open_socket
 from tests.factories import make_document, make_user
 from tests.knowledge.team_graph import build_science_graph
 
@@ -33,6 +44,12 @@ def science(workspace, settings):
     settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
     build_science_graph(workspace)
     return workspace
+
+
+@pytest.fixture
+def token(owner):
+    _, secret = api_token_create(user=owner, name="tests")
+    return secret
 
 
 def _collect(workspace, request) -> list:
@@ -150,3 +167,91 @@ def test_it_reports_a_failing_model_as_an_error_event_and_nothing_after_it(scien
     assert isinstance(error, ErrorEvent)
     assert error.reason == "model"
     assert "answered 503" in error.message
+
+
+# The adapters: the same limits, and retrieval off the shared thread, in every one ------------
+
+
+def _websocket(user, body: dict) -> list[dict]:
+    async def talk():
+        communicator = await open_socket(user)
+        events = await ask(communicator, **body)
+        await communicator.disconnect()
+        return events
+
+    return async_to_sync(talk)()
+
+
+def _api(token, body: dict):
+    return Client().post(
+        reverse("knowledge:api_query", args=["acme"]),
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def _command(body: dict) -> str:
+    args = ["query", "--workspace", "acme", body["question"]]
+    for name, flag in [("mode", "--mode"), ("top_k", "--top-k"), ("chunk_top_k", "--chunk-top-k")]:
+        if name in body:
+            args += [flag, str(body[name])]
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"question": "   "}, id="blank"),
+        pytest.param({"question": "x" * (QUESTION_MAX_CHARS + 1)}, id="too-long"),
+        pytest.param({"question": "Hi", "mode": "psychic"}, id="unknown-mode"),
+        pytest.param({"question": "Hi", "top_k": 0}, id="top_k-0"),
+        pytest.param({"question": "Hi", "top_k": TOP_K_MAX + 1}, id="top_k-above"),
+        pytest.param({"question": "Hi", "chunk_top_k": TOP_K_MAX + 1}, id="chunk_top_k-above"),
+    ],
+)
+def test_the_same_invalid_question_gets_the_same_message_from_websocket_api_and_command(workspace, owner, token, body):
+    with pytest.raises(AskInvalid) as invalid:
+        ask_request(**body)
+    message = str(invalid.value)
+
+    [from_socket] = _websocket(owner, body)
+    from_api = _api(token, body)
+    with pytest.raises(CommandError) as from_command:
+        _command(body)
+
+    assert from_socket == {"type": "error", "message": message}
+    assert (from_api.status_code, from_api.json()) == (400, {"error": message})
+    assert str(from_command.value) == message
+
+
+@pytest.mark.parametrize("adapter", ["websocket", "api", "command"])
+def test_retrieval_runs_on_a_pool_thread_that_closes_its_connection_in_every_adapter(
+    science, owner, token, monkeypatch, adapter
+):
+    seen = []
+    retrieve = asking.retrieve
+
+    def spy(**arguments):
+        seen.append((threading.current_thread(), connections["default"]))
+        return retrieve(**arguments)
+
+    monkeypatch.setattr(asking, "retrieve", spy)
+    body = {"question": QUESTION, "mode": "local"}
+
+    if adapter == "websocket":
+        assert _websocket(owner, body)[-1]["type"] == "done"
+    elif adapter == "api":
+        assert _api(token, body).status_code == 200
+    else:
+        assert "Marie Curie" in _command(body)
+
+    [(thread, connection)] = seen
+    # Not the thread that runs thread-sensitive calls (here the main thread, to which
+    # async_to_sync sends them) but one of the event loop's default executor, where
+    # thread_sensitive=False sends work.
+    assert thread is not threading.main_thread()
+    assert thread.name.startswith("asyncio_")
+    assert connection.connection is None
