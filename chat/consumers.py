@@ -1,49 +1,57 @@
 """The chat websocket: DESIGN.md, "The websocket protocol".
 
+An adapter over the ask service (knowledge/asking.py) that also keeps the conversation: the
+question is saved when it is asked, the answer when it ends, with what it was built from.
 One consumer per socket. An answer streams in its own task so the socket keeps reading
-(`cancel` must get through while tokens flow); the consumer owns that task and cancels it
-on `cancel` and on disconnect, so a closed tab never leaves a model stream running.
+(`cancel` must get through while tokens flow); the consumer owns that task and cancels it on
+`cancel` and on disconnect, so a closed tab never leaves a model stream running.
 """
 
 import asyncio
 import contextlib
+import dataclasses
 import json
-import logging
-import time
-from dataclasses import asdict, dataclass, field
+from contextlib import aclosing
+from dataclasses import asdict, dataclass
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db import connection
 from django.http import Http404
 
 from chat import selectors, services
-from chat.forms import AskForm
 from chat.models import Conversation
 from chat.rendering import render_answer
-from knowledge.answer import answer_is_extractive, astream_answer
-from knowledge.llm import LLMError, Usage
-from knowledge.models import Chunk, Document, Workspace
-from knowledge.retrieval import DEFAULT_TOP_K, RetrievalResult, retrieve
+from knowledge.asking import (
+    ASK_FIELDS,
+    ENGINE_EXTRACTIVE,
+    AskDenied,
+    AskError,
+    AskInvalid,
+    AskRequest,
+    ErrorEvent,
+    RetrievalEvent,
+    TokenEvent,
+    answer_engine,
+    ask_request_from_json,
+    ask_stream,
+    workspace_for_asking,
+)
+from knowledge.llm import Usage
+from knowledge.models import Workspace
+from knowledge.retrieval import RetrievalResult
 from knowledge.selectors import workspace_for_user
-
-logger = logging.getLogger(__name__)
 
 CLOSE_NOT_LOGGED_IN = 4401
 CLOSE_NOT_A_MEMBER = 4403
-
-
-class Refusal(Exception):
-    """An `ask` that cannot be answered; the message tells the user what to do instead."""
+# The conversation is the history, and a chat answers: the rest of a request may come in `ask`.
+CHAT_FIELDS = tuple(name for name in ASK_FIELDS if name not in {"history", "context_only"})
 
 
 @dataclass
 class Turn:
+    workspace: Workspace
     conversation: Conversation
-    question: str
-    mode: str
-    top_k: int
-    history: list[dict] = field(default_factory=list)
+    request: AskRequest
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -101,13 +109,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.stream is not None and not self.stream.done():
             await self.send_error("Still answering your previous question: wait for it, or press Stop first.")
             return
-        form = AskForm(data=content)
-        if not form.is_valid():
-            await self.send_error(form.first_error())
-            return
         try:
-            turn = await self.start_turn(form.cleaned_data)
-        except Refusal as refusal:
+            request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
+            turn = await self.start_turn(request, content.get("conversation"))
+        except AskDenied as denied:
+            # Removed from the workspace since the socket opened: this question is the last.
+            self.workspace = None
+            await self.send_error(str(denied))
+            await self.close(code=CLOSE_NOT_A_MEMBER)
+            return
+        except AskError as refusal:
             await self.send_error(str(refusal))
             return
         self.stream = asyncio.create_task(self.answer(turn), name=f"chat-answer-{turn.conversation.pk}")
@@ -119,48 +130,69 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await stream
 
+    @database_sync_to_async
+    def start_turn(self, request: AskRequest, conversation_id) -> Turn:
+        """Pass the gate, find the conversation and save the question, before anything is retrieved."""
+        workspace = workspace_for_asking(user=self.user, slug=self.workspace.slug, mode=request.mode)
+        conversation = None
+        if conversation_id:
+            try:
+                conversation = selectors.conversation_for_user(
+                    workspace=workspace, user=self.user, conversation_id=conversation_id
+                )
+            except Http404:
+                raise AskInvalid(
+                    "That conversation does not exist or is not shared with you; start a new one."
+                ) from None
+        history = selectors.conversation_history(conversation=conversation) if conversation else []
+        question = services.question_record(
+            conversation=conversation, workspace=workspace, user=self.user, question=request.question, mode=request.mode
+        )
+        return Turn(
+            workspace=workspace,
+            conversation=question.conversation,
+            request=dataclasses.replace(request, history=tuple(history)),
+        )
+
     async def answer(self, turn: Turn) -> None:
         usage = Usage()
-        result = None
+        retrieval: RetrievalEvent | None = None
         pieces: list[str] = []
+        conversation = turn.conversation.pk
         try:
-            # Retrieval blocks on SQL and embeddings; outside the shared thread so one
-            # slow question does not hold up every other socket of this process.
-            started = time.perf_counter()
-            result = await database_sync_to_async(self.retrieve, thread_sensitive=False)(turn, usage)
-            result.stats["timings"]["total"] = round((time.perf_counter() - started) * 1000, 2)
-            await self.send_json(
-                {"type": "retrieval", "conversation": turn.conversation.pk, **_retrieval_event(result)}
-            )
-            async for piece in astream_answer(question=turn.question, result=result, history=turn.history, usage=usage):
-                await self.send_json({"type": "token", "text": piece})
-                # Kept only once sent, so a stopped answer saves exactly what the reader saw.
-                pieces.append(piece)
+            async with aclosing(ask_stream(workspace=turn.workspace, request=turn.request, usage=usage)) as events:
+                async for event in events:
+                    if isinstance(event, ErrorEvent):
+                        await self.send_error(event.message, conversation=conversation)
+                        return
+                    if isinstance(event, RetrievalEvent):
+                        retrieval = event
+                        await self.send_json(
+                            {"type": "retrieval", "conversation": conversation, **_retrieval_event(event.result)}
+                        )
+                    elif isinstance(event, TokenEvent):
+                        await self.send_json({"type": "token", "text": event.text})
+                        # Kept only once sent, so a stopped answer saves exactly what the reader saw.
+                        pieces.append(event.text)
         except asyncio.CancelledError:
-            await self.finish(turn, result, pieces, usage, stopped=True)
+            await self.finish(turn, retrieval, pieces, usage, stopped=True)
             raise
-        except LLMError as err:
-            await self.send_error(str(err), conversation=turn.conversation.pk)
-            return
-        except Exception:
-            logger.exception("Answering in conversation %s failed", turn.conversation.pk)
-            await self.send_error(
-                "Something went wrong while answering; the error was logged. Try again, or try another mode.",
-                conversation=turn.conversation.pk,
-            )
-            return
-        await self.finish(turn, result, pieces, usage, stopped=False)
+        await self.finish(turn, retrieval, pieces, usage, stopped=False)
 
-    async def finish(self, turn: Turn, result, pieces: list[str], usage: Usage, *, stopped: bool) -> None:
+    async def finish(
+        self, turn: Turn, retrieval: RetrievalEvent | None, pieces: list[str], usage: Usage, *, stopped: bool
+    ) -> None:
         """Save what was streamed (a stopped answer keeps its partial text) and send `done`."""
         content = "".join(pieces)
+        extractive = (retrieval.engine if retrieval else answer_engine()) == ENGINE_EXTRACTIVE
         message = None
-        if result is not None and (content or not stopped):
+        if retrieval is not None and (content or not stopped):
+            result = retrieval.result
             message = await database_sync_to_async(services.answer_record)(
                 conversation=turn.conversation,
                 content=content,
-                mode=turn.mode,
-                extractive=answer_is_extractive(),
+                mode=turn.request.mode,
+                extractive=extractive,
                 stopped=stopped,
                 keywords=result.keywords.to_json(),
                 citations=result.citations,
@@ -175,53 +207,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "html": render_answer(content),
                 "usage": asdict(usage),
                 "stopped": stopped,
-                "extractive": answer_is_extractive(),
+                "extractive": extractive,
             }
-        )
-
-    def retrieve(self, turn: Turn, usage: Usage) -> RetrievalResult:
-        try:
-            result = retrieve(
-                workspace=self.workspace,
-                question=turn.question,
-                mode=turn.mode,
-                top_k=turn.top_k,
-                history=turn.history,
-                usage=usage,
-            )
-            result.subgraph = selectors.subgraph_with_descriptions(workspace=self.workspace, subgraph=result.subgraph)
-            return result
-        finally:
-            # Runs on a pool thread, of which there are many: a connection left open there
-            # would idle until the process exits.
-            connection.close()
-
-    @database_sync_to_async
-    def start_turn(self, data: dict) -> Turn:
-        conversation = None
-        if data.get("conversation"):
-            try:
-                conversation = selectors.conversation_for_user(
-                    workspace=self.workspace, user=self.user, conversation_id=data["conversation"]
-                )
-            except Http404:
-                raise Refusal("That conversation does not exist or is not shared with you; start a new one.") from None
-        if data["mode"] != "bypass" and not Chunk.objects.filter(workspace=self.workspace).exists():
-            raise Refusal(_no_documents_message(self.workspace))
-        history = selectors.conversation_history(conversation=conversation) if conversation else []
-        question = services.question_record(
-            conversation=conversation,
-            workspace=self.workspace,
-            user=self.user,
-            question=data["question"],
-            mode=data["mode"],
-        )
-        return Turn(
-            conversation=question.conversation,
-            question=data["question"],
-            mode=data["mode"],
-            top_k=data.get("top_k") or DEFAULT_TOP_K,
-            history=history,
         )
 
     async def send_json(self, content, close=False):
@@ -240,11 +227,3 @@ def _retrieval_event(result: RetrievalResult) -> dict:
         "timings": result.stats["timings"],
         "sql_queries": result.stats["sql_queries"],
     }
-
-
-def _no_documents_message(workspace: Workspace) -> str:
-    if Document.objects.filter(
-        workspace=workspace, status__in=[Document.Status.PENDING, Document.Status.PROCESSING]
-    ).exists():
-        return "Your documents are still being processed; ask again when they show as processed."
-    return "This workspace has no documents yet. Upload one on the workspace page, then ask again."

@@ -91,21 +91,3 @@ def entity_neighbours(*, workspace: Workspace, entity_id, limit: int = 30) -> di
         for relation in relations
     ]
     return {"nodes": nodes, "edges": edges}
-
-
-def subgraph_with_descriptions(*, workspace: Workspace, subgraph: dict) -> dict:
-    """The subgraph with every node's and edge's current description, for the hover cards.
-
-    Two queries whatever the size; the answer is saved with it, so a reloaded conversation
-    shows the descriptions the answer was given.
-    """
-    nodes, edges = subgraph.get("nodes", []), subgraph.get("edges", [])
-    entity_ids = [int(node["id"]) for node in nodes]
-    relation_ids = [int(str(edge["id"]).lstrip("r")) for edge in edges]
-    entities = dict(Entity.objects.filter(workspace=workspace, pk__in=entity_ids).values_list("pk", "description"))
-    relations = dict(Relation.objects.filter(workspace=workspace, pk__in=relation_ids).values_list("pk", "description"))
-    return {
-        **subgraph,
-        "nodes": [{**node, "description": entities.get(int(node["id"]), "")} for node in nodes],
-        "edges": [{**edge, "description": relations.get(int(str(edge["id"]).lstrip("r")), "")} for edge in edges],
-    }

@@ -5,10 +5,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat import selectors, services
-from chat.forms import DEFAULT_MODE, MODES, QUESTION_MAX_CHARS, RenameForm
+from chat.forms import MODES, RenameForm
 from chat.models import Message
 from chat.rendering import render_answer
 from knowledge.answer import answer_is_extractive
+from knowledge.asking import QUESTION_MAX_CHARS
+from knowledge.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
 
 SIDEBAR_CONVERSATIONS = 15

@@ -261,6 +261,8 @@ def graph_top(*, workspace: Workspace, limit: int) -> dict:
 
 # The candidates are ranked on ids and numbers alone; only the rows kept are joined to their text.
 # Degrees are looked up per candidate: a join lets the planner hash the whole degree table.
+# Only far ends come with their description: the caller has the given entities' own, and a
+# hub's description repeated on each of its hundreds of relations would be most of the reply.
 _RELATIONS_AROUND_SQL = """
 WITH candidates AS MATERIALIZED (
     SELECT c.id, c.source_id, c.target_id, c.weight,
@@ -273,7 +275,9 @@ WITH candidates AS MATERIALIZED (
     SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
 )
 SELECT k.id, k.source_id, k.target_id, r.keywords, r.description, k.weight,
-       k.source_degree, k.target_degree, s.name, s.type, t.name, t.type
+       k.source_degree, k.target_degree, s.name, s.type, t.name, t.type,
+       CASE WHEN k.source_id = ANY(%(ids)s) THEN '' ELSE s.description END,
+       CASE WHEN k.target_id = ANY(%(ids)s) THEN '' ELSE t.description END
 FROM ranked k
 JOIN knowledge_relation r ON r.id = k.id
 JOIN knowledge_entity s ON s.id = k.source_id
@@ -294,6 +298,8 @@ _AROUND_COLUMNS = (
     "source_type",
     "target_name",
     "target_type",
+    "source_description",
+    "target_description",
 )
 
 
@@ -301,7 +307,9 @@ def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int]
     """The relations touching any of the entities, best first by (edge rank, weight), in one query.
 
     Each row is a dict with the relation's fields, both endpoints' name, type and degree
-    (`source_degree`, `target_degree`; the edge rank is their sum).
+    (`source_degree`, `target_degree`; the edge rank is their sum), and the description of each
+    endpoint that is not one of `entity_ids` (`source_description`, `target_description`; "" for
+    those that are).
     """
     params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit}
     with connection.cursor() as cursor:
@@ -311,12 +319,12 @@ def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int]
 
 def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
     """The relations whose two endpoints are both among the entities, heaviest first, in one query:
-    dicts with id, source_id, target_id, weight and keywords."""
+    dicts with id, source_id, target_id, weight, keywords and description."""
     ids = list(entity_ids)
     return list(
         Relation.objects.filter(workspace=workspace, published=True, source_id__in=ids, target_id__in=ids)
         .order_by("-weight", "pk")
-        .values("id", "source_id", "target_id", "weight", "keywords")[:limit]
+        .values("id", "source_id", "target_id", "weight", "keywords", "description")[:limit]
     )
 
 

@@ -1,5 +1,6 @@
-"""The systems an evaluation compares: every retrieval mode, plus the paper's two baselines
-rebuilt as retrieval variants of our own on top of retrieve():
+"""The systems an evaluation compares: every retrieval mode, asked through the ask service as a
+member would ask, plus the paper's two baselines rebuilt as retrieval variants of our own on
+top of retrieve() and answered by the service's answering half:
 
 - hyde: the chat model writes a hypothetical passage answering the question; its passage
   embedding (not the question's) searches the chunks (Gao et al., "Precise Zero-Shot Dense
@@ -16,15 +17,25 @@ import asyncio
 import csv
 import io
 import math
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from knowledge import llm
-from knowledge.answer import astream_answer
+from knowledge.asking import (
+    AskInvalid,
+    AskRequest,
+    ErrorEvent,
+    RetrievalEvent,
+    TokenEvent,
+    answer_stream,
+    ask_request,
+    ask_stream,
+)
 from knowledge.evaluation import SYSTEMS
 from knowledge.evaluation.judging import extract_json
 from knowledge.evaluation.prompts import DECOMPOSE_USER, HYDE_USER
 from knowledge.models import Workspace
-from knowledge.retrieval import Budgets, QueryVectors, RetrievalResult, retrieve
+from knowledge.retrieval import MODES, Budgets, QueryVectors, RetrievalResult, retrieve
 from knowledge.tokens import count_tokens
 
 MAX_SUB_QUESTIONS = 4
@@ -43,6 +54,8 @@ class SystemAnswer:
 @dataclass
 class _Prepared:
     question: str
+    # None when the question itself was refused (the answer's error says why).
+    request: AskRequest | None
     result: RetrievalResult | None
     answer: SystemAnswer
 
@@ -50,33 +63,39 @@ class _Prepared:
 def answer_questions(
     *, runner: asyncio.Runner, workspace: Workspace, system: str, questions: list[str]
 ) -> list[SystemAnswer]:
-    """Answer every question with one system. Model calls of all questions run concurrently
-    (up to LLM_MAX_CONCURRENCY) on `runner`'s loop; ORM work stays on this thread between them.
-    A question whose model call fails gets an answer with `error` set, and the rest go on."""
+    """Answer every question with one system, all of them concurrently on `runner`'s loop (model
+    calls up to LLM_MAX_CONCURRENCY). A mode is asked through the ask service, which retrieves on
+    pool threads; a baseline retrieves on this thread, then the service answers.
+    A question that fails gets an answer with `error` set, and the rest go on."""
     if system not in SYSTEMS:
         raise ValueError(f"Unknown system {system!r}: use one of {', '.join(SYSTEMS)}.")
-    prepared = [_Prepared(question, None, SystemAnswer()) for question in questions]
+    prepared = [_prepare(question, mode=system if system in MODES else "naive") for question in questions]
+    asked = [item for item in prepared if item.request is not None]
+    if system in MODES:
+        runner.run(_gather(_ask(workspace, item) for item in asked))
+        return [item.answer for item in prepared]
     if system == "hyde":
-        _retrieve_hyde(runner, workspace, prepared)
-    elif system == "rqrag":
-        _retrieve_decomposed(runner, workspace, prepared)
+        _retrieve_hyde(runner, workspace, asked)
     else:
-        for item in prepared:
-            _retrieve_into(item, workspace=workspace, mode=system, question=item.question)
-    runner.run(_answer_all([item for item in prepared if item.result is not None]))
+        _retrieve_decomposed(runner, workspace, asked)
+    runner.run(_gather(_answer(item) for item in asked if item.result is not None))
     return [item.answer for item in prepared]
+
+
+def _prepare(question: str, *, mode: str) -> _Prepared:
+    try:
+        request = ask_request(question=question, mode=mode, chunk_top_k=CHUNK_TOP_K)
+    except AskInvalid as exc:
+        return _Prepared(question, None, None, SystemAnswer(error=str(exc)))
+    return _Prepared(question, request, None, SystemAnswer())
 
 
 def _retrieve_into(item: _Prepared, *, workspace: Workspace, **arguments) -> RetrievalResult | None:
     try:
-        result = retrieve(workspace=workspace, chunk_top_k=CHUNK_TOP_K, usage=item.answer.usage, **arguments)
+        item.result = retrieve(workspace=workspace, chunk_top_k=CHUNK_TOP_K, usage=item.answer.usage, **arguments)
     except llm.LLMError as exc:
         item.answer.error = str(exc)
-        return None
-    # The answer must be to the asked question, whatever text searched for the context.
-    result.question = item.question
-    item.result = result
-    return result
+    return item.result
 
 
 async def _complete_each(prompts: list[str], usages: list[llm.Usage], *, kind: str) -> list[str | llm.LLMError]:
@@ -187,22 +206,37 @@ def merged_result(*, question: str, results: list[RetrievalResult], budget: int 
     return combined
 
 
-async def _answer_all(items: list[_Prepared]) -> None:
-    await asyncio.gather(*(_answer(item) for item in items))
+async def _gather(coroutines) -> None:
+    await asyncio.gather(*coroutines)
+
+
+async def _ask(workspace: Workspace, item: _Prepared) -> None:
+    async with aclosing(ask_stream(workspace=workspace, request=item.request, usage=item.answer.usage)) as events:
+        async for event in events:
+            if isinstance(event, RetrievalEvent):
+                _record_retrieval(item.answer, event.result)
+            else:
+                _record_answer(item.answer, event)
 
 
 async def _answer(item: _Prepared) -> None:
-    answer = item.answer
-    answer.context_tokens = item.result.stats.get("tokens", {}).get("context", 0)
-    answer.stats = {key: value for key, value in item.result.stats.items() if key != "timings"}
-    answer.stats["keywords"] = item.result.keywords.to_json()
-    answer.stats["sources"] = len(item.result.chunks)
-    answer.stats["entities"] = len(item.result.entities)
-    answer.stats["relations"] = len(item.result.relations)
-    pieces = []
-    try:
-        async for piece in astream_answer(question=item.question, result=item.result, usage=answer.usage):
-            pieces.append(piece)
-    except llm.LLMError as exc:
-        answer.error = str(exc)
-    answer.text = "".join(pieces)
+    _record_retrieval(item.answer, item.result)
+    async with aclosing(answer_stream(request=item.request, result=item.result, usage=item.answer.usage)) as events:
+        async for event in events:
+            _record_answer(item.answer, event)
+
+
+def _record_retrieval(answer: SystemAnswer, result: RetrievalResult) -> None:
+    answer.context_tokens = result.stats.get("tokens", {}).get("context", 0)
+    answer.stats = {key: value for key, value in result.stats.items() if key != "timings"}
+    answer.stats["keywords"] = result.keywords.to_json()
+    answer.stats["sources"] = len(result.chunks)
+    answer.stats["entities"] = len(result.entities)
+    answer.stats["relations"] = len(result.relations)
+
+
+def _record_answer(answer: SystemAnswer, event) -> None:
+    if isinstance(event, TokenEvent):
+        answer.text += event.text
+    elif isinstance(event, ErrorEvent):
+        answer.error = event.message

@@ -26,6 +26,7 @@ from knowledge.models import Workspace
 from knowledge.retrieval.concurrent import run_together
 from knowledge.retrieval.context import (
     SUBGRAPH_MAX_EDGES,
+    GraphNode,
     build_citations,
     build_subgraph,
     fit_table,
@@ -58,6 +59,7 @@ from knowledge.selectors import (
 
 __all__ = [
     "DEFAULT_CHUNK_TOP_K",
+    "DEFAULT_MODE",
     "DEFAULT_TOP_K",
     "MODES",
     "Budgets",
@@ -75,6 +77,7 @@ __all__ = [
 ]
 
 MODES = ("mix", "hybrid", "local", "global", "naive", "bypass")
+DEFAULT_MODE = "mix"
 _LOCAL_MODES = {"local", "hybrid", "mix"}
 _GLOBAL_MODES = {"global", "hybrid", "mix"}
 _CHUNK_SEARCH_MODES = {"naive", "mix"}
@@ -134,7 +137,7 @@ def retrieve(
     *,
     workspace: Workspace,
     question: str,
-    mode: str = "mix",
+    mode: str = DEFAULT_MODE,
     top_k: int = DEFAULT_TOP_K,
     chunk_top_k: int | None = None,
     keywords: Keywords | dict | None = None,
@@ -143,13 +146,11 @@ def retrieve(
     vectors: QueryVectors | None = None,
     usage: llm.Usage | None = None,
 ) -> RetrievalResult:
-    """Build the context for a question. Raises ValueError on bad arguments, llm.LLMError when
-    a model call (keywords, embeddings) fails."""
+    """Build the context for a question. Raises ValueError on an unknown mode, llm.LLMError when
+    a model call (keywords, embeddings) fails. What people may ask for (the limits of top_k and
+    the rest) is the ask service's to check (knowledge/asking.py), before it calls this."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
-    for name, value in (("top_k", top_k), ("chunk_top_k", chunk_top_k)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 500):
-            raise ValueError(f"{name} must be a whole number from 1 to 500, got {value!r}.")
     budgets = Budgets.coerce(budgets)
     history = recent_turns(history)
     stats = _Stats()
@@ -317,11 +318,11 @@ def _local_search(*, workspace, vector, k, floor, budgets) -> tuple[list, list[d
 
 def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
     """Entity and relation rows in LightRAG's order, before budgets; plus what is known of
-    every entity seen (name, type, degree), for the subgraph."""
-    known = {}
+    every entity seen (name, type, degree, description), for the subgraph."""
+    known: dict[int, GraphNode] = {}
 
     def entity_row(entity, degree: int) -> EntityRow:
-        known[entity.pk] = (entity.name, entity.type, degree)
+        known[entity.pk] = GraphNode(entity.name, entity.type, degree, entity.description)
         return EntityRow(
             id="", entity_id=entity.pk, name=entity.name, type=entity.type, description=entity.description, rank=degree
         )
@@ -330,9 +331,13 @@ def _graph_candidates(*, found_entities, one_hop, found_relations, mode):
         entity_row(entity, entity.degree)
         for entity in sorted(found_entities, key=lambda entity: (-entity.degree, entity.distance))
     ]
+    # The found entities are known already; one-hop rows describe only the entities at their far ends.
     for row in one_hop:
-        known.setdefault(row["source_id"], (row["source_name"], row["source_type"], row["source_degree"]))
-        known.setdefault(row["target_id"], (row["target_name"], row["target_type"], row["target_degree"]))
+        for end in ("source", "target"):
+            known.setdefault(
+                row[f"{end}_id"],
+                GraphNode(row[f"{end}_name"], row[f"{end}_type"], row[f"{end}_degree"], row[f"{end}_description"]),
+            )
     local_relations = [
         RelationRow(
             id="",

@@ -3,6 +3,7 @@
 import csv
 import io
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from knowledge.query_prompts import ANSWER_SYSTEM
 from knowledge.retrieval.results import RetrievalResult
@@ -11,6 +12,16 @@ from knowledge.tokens import count_tokens
 SUBGRAPH_MAX_NODES = 150
 SUBGRAPH_MAX_EDGES = 400
 EXCERPT_CHARS = 300
+
+
+class GraphNode(NamedTuple):
+    """What retrieval read of an entity it may draw: enough for its node and hover card, so
+    nobody has to look the subgraph's descriptions up again."""
+
+    name: str
+    type: str
+    degree: int
+    description: str
 
 
 def _csv_line(values: Sequence) -> str:
@@ -74,38 +85,51 @@ def _shorten(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text[:limit].rsplit(" ", 1)[0] + "…"
 
 
-def subgraph_nodes(result: RetrievalResult, known: dict) -> dict[int, str | None]:
+def subgraph_nodes(result: RetrievalResult, known: dict[int, GraphNode]) -> dict[int, str | None]:
     """The entities to draw, most important first: the retrieved ones in their order, then the
     endpoints of retrieved relations by degree. Maps each to its context row id (or None)."""
     nodes = {row.entity_id: row.id for row in result.entities}
     endpoints = {end for row in result.relations for end in (row.source_id, row.target_id)} - set(nodes)
-    for pk in sorted(endpoints, key=lambda pk: (-known[pk][2], known[pk][0])):
+    for pk in sorted(endpoints, key=lambda pk: (-known[pk].degree, known[pk].name)):
         nodes[pk] = None
     return dict(list(nodes.items())[:SUBGRAPH_MAX_NODES])
 
 
-def build_subgraph(result: RetrievalResult, known: dict, nodes: dict[int, str | None], among: list[dict]) -> dict:
-    """The subgraph to draw: the nodes; the retrieved relations among them, then the other
-    relations among them (`among`, from relations_among_entities)."""
+def build_subgraph(
+    result: RetrievalResult, known: dict[int, GraphNode], nodes: dict[int, str | None], among: list[dict]
+) -> dict:
+    """The subgraph to draw, descriptions included: the nodes; the retrieved relations among
+    them, then the other relations among them (`among`, from relations_among_entities)."""
     edges = [
-        _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.id)
+        _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.description, row.id)
         for row in result.relations
         if row.source_id in nodes and row.target_id in nodes
     ][:SUBGRAPH_MAX_EDGES]
     drawn = {edge["id"] for edge in edges}
     for r in among:
         if f"r{r['id']}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
-            edges.append(_edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], None))
+            edges.append(
+                _edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], r["description"], None)
+            )
     return {
         "nodes": [
-            {"id": str(pk), "label": known[pk][0], "type": known[pk][1], "rank": known[pk][2], "row": row}
+            {
+                "id": str(pk),
+                "label": known[pk].name,
+                "type": known[pk].type,
+                "rank": known[pk].degree,
+                "row": row,
+                "description": known[pk].description,
+            }
             for pk, row in nodes.items()
         ],
         "edges": edges,
     }
 
 
-def _edge(pk: int, source_id: int, target_id: int, weight: float, keywords: str, row: str | None) -> dict:
+def _edge(
+    pk: int, source_id: int, target_id: int, weight: float, keywords: str, description: str, row: str | None
+) -> dict:
     return {
         "id": f"r{pk}",
         "source": str(source_id),
@@ -113,6 +137,7 @@ def _edge(pk: int, source_id: int, target_id: int, weight: float, keywords: str,
         "weight": weight,
         "keywords": keywords,
         "row": row,
+        "description": description,
     }
 
 

@@ -3,7 +3,6 @@ import json
 
 import pytest
 from django.conf import settings
-from django.test import Client
 
 from knowledge.llm import embed
 from knowledge.models import EntitySource, RelationSource, Role
@@ -108,9 +107,3 @@ def handbook_workspace(owner, viewer):
     workspace = make_workspace(slug="acme", members={owner: Role.OWNER, viewer: Role.VIEWER})
     build_handbook(workspace)
     return workspace
-
-
-def session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value

@@ -1,21 +1,20 @@
 import asyncio
 import re
+import threading
 
 import pytest
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.db import connections
+from django.db.backends.utils import CursorWrapper
 
 from chat.models import Conversation, Message
-from config.asgi import application
-from knowledge.models import Role
-from tests.chat.conftest import ANSWER, session_cookie
+from knowledge import asking
+from knowledge.models import Membership, Role
+from tests.chat.conftest import ANSWER
+from tests.chat.sockets import TIMEOUT, ask, events_until, open_socket
 from tests.factories import make_document, make_user, make_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TIMEOUT = 30
 
 
 @pytest.fixture(autouse=True)
@@ -26,35 +25,24 @@ async def close_worker_connections():
     await database_sync_to_async(connections.close_all)()
 
 
-async def open_socket(user=None, slug="acme") -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
-    if user is not None:
-        cookie = await sync_to_async(session_cookie)(user)
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    communicator = WebsocketCommunicator(application, f"/ws/workspaces/{slug}/chat/", headers=headers)
-    connected, _ = await communicator.connect(timeout=TIMEOUT)
-    assert connected
-    return communicator
-
-
-async def events_until(communicator, *types: str) -> list[dict]:
-    """Every event up to and including the first whose type is in `types`."""
-    events = []
-    while True:
-        event = await communicator.receive_json_from(timeout=TIMEOUT)
-        events.append(event)
-        if event["type"] in types:
-            return events
-
-
-async def ask(communicator, question="Who wrote the first algorithm for the Analytical Engine?", **extra) -> list[dict]:
-    await communicator.send_json_to({"type": "ask", "question": question, **extra})
-    return await events_until(communicator, "done", "error")
-
-
 @database_sync_to_async
 def saved_messages() -> list[Message]:
     return list(Message.objects.select_related("conversation").order_by("created_at", "id"))
+
+
+@pytest.fixture
+def every_query(monkeypatch) -> list[str]:
+    """The SQL of every connection, whichever thread runs it: retrieval uses several."""
+    statements, lock = [], threading.Lock()
+    execute = CursorWrapper._execute_with_wrappers
+
+    def recording(self, sql, params, many, executor):
+        with lock:
+            statements.append(sql)
+        return execute(self, sql, params, many, executor)
+
+    monkeypatch.setattr(CursorWrapper, "_execute_with_wrappers", recording)
+    return statements
 
 
 def chat_tasks() -> list[asyncio.Task]:
@@ -247,8 +235,8 @@ async def test_it_explains_bad_messages_and_keeps_the_socket(handbook_workspace,
     await communicator.send_json_to({"type": "shout"})
     [unknown] = await events_until(communicator, "error")
 
-    assert empty["message"] == "Type a question first."
-    assert mode["message"] == "Unknown mode; choose one of mix, hybrid, local, global, naive, bypass."
+    assert empty["message"] == "'question' is required: the text to ask."
+    assert mode["message"] == "Unknown mode 'psychic': use one of mix, hybrid, local, global, naive, bypass."
     assert "top_k" in top_k["message"]
     assert "JSON" in garbage["message"]
     assert "ask" in unknown["message"]
@@ -344,3 +332,64 @@ async def test_it_keeps_members_of_one_workspace_out_of_another(handbook_workspa
     communicator = await open_socket(viewer, slug="secret")
 
     assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
+    handbook_workspace, viewer, chat_model, every_query
+):
+    communicator = await open_socket(viewer)
+    every_query.clear()
+
+    events = await ask(communicator, mode="local")
+
+    assert events[-1]["type"] == "done"
+    # Retrieval: the keyword cache read and write, the entity search, its one-hop relations,
+    # provenance, the subgraph's edges. The subgraph's descriptions came with them.
+    assert events[0]["sql_queries"] == 6
+    # The gate (membership, documents), the question (a conversation, its title and time, the
+    # message) and the answer.
+    assert len(every_query) == 6 + 6
+    await communicator.disconnect()
+
+
+async def test_it_refuses_the_next_question_of_a_member_removed_meanwhile_and_closes_with_4403(
+    handbook_workspace, viewer, chat_model
+):
+    communicator = await open_socket(viewer)
+    assert (await ask(communicator))[-1]["type"] == "done"
+    await database_sync_to_async(Membership.objects.filter(user=viewer).delete)()
+
+    [error] = await ask(communicator, question="And who built it?")
+
+    assert error == {"type": "error", "message": "No such workspace, or you are not a member of it."}
+    assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}
+    assert [message.role for message in await saved_messages()] == ["user", "assistant"]
+
+
+async def test_a_slow_retrieval_holds_up_no_other_socket(handbook_workspace, owner, viewer, chat_model, monkeypatch):
+    entered, release, released = threading.Event(), threading.Event(), threading.Event()
+    retrieve = asking.retrieve
+
+    def slow_the_first(**arguments):
+        if not entered.is_set():
+            entered.set()
+            # Longer than the second socket may take, so only this test's release ends the wait.
+            release.wait(timeout=3 * TIMEOUT)
+            released.set()
+        return retrieve(**arguments)
+
+    monkeypatch.setattr(asking, "retrieve", slow_the_first)
+    first = await open_socket(viewer)
+    await first.send_json_to({"type": "ask", "question": "Who was Ada Lovelace?"})
+    try:
+        assert await asyncio.to_thread(entered.wait, TIMEOUT)
+        # Logging in, the membership check and saving the question all run on asgiref's shared
+        # thread; a retrieval running there would hold this socket up until it ended.
+        second = await open_socket(owner)
+        assert (await ask(second))[-1]["type"] == "done"
+        assert not released.is_set()
+    finally:
+        release.set()
+    assert (await events_until(first, "done"))[-1]["type"] == "done"
+    await first.disconnect()
+    await second.disconnect()

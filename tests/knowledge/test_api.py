@@ -11,6 +11,10 @@ from knowledge.models import ApiToken, Role
 from tests.factories import make_user
 from tests.knowledge.team_graph import HIGH, LOW, QUESTION, axis, build_science_graph, build_team_graph
 
+# The ask service retrieves on pool threads with connections of their own, which see only what
+# is committed.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 QUESTION_TEXT = "Who works with whom?"
 GIVEN_KEYWORDS = {"high_level": ["collaboration"], "low_level": ["Alice", "Bob"]}
 
@@ -87,7 +91,6 @@ def test_it_returns_only_the_context_when_asked(graph, token, model):
     assert model.chat_requests() == []
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_it_streams_ndjson_events(graph, token, model):
     body = {"question": QUESTION_TEXT, "mode": "mix", "keywords": GIVEN_KEYWORDS, "stream": True}
     response = await AsyncClient().post(
@@ -112,7 +115,6 @@ async def test_it_streams_ndjson_events(graph, token, model):
     await _disconnect()
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_it_streams_an_error_event_when_the_model_fails_midway(graph, token, model, settings):
     settings.LLM_MAX_RETRIES = 0
     model.fail(1, status=500)
@@ -146,7 +148,7 @@ def test_it_hides_workspaces_from_non_members(workspace):
     assert response.json() == {"error": "No such workspace, or you are not a member of it."}
 
 
-def test_it_keeps_the_csrf_check_for_session_users_only(workspace, owner, token, model):
+def test_it_keeps_the_csrf_check_for_session_users_only(graph, workspace, owner, token, model):
     viewer = make_user("viewer")
     workspace.memberships.create(user=viewer, role=Role.VIEWER)
     browser = Client(enforce_csrf_checks=True)
@@ -172,7 +174,7 @@ def test_it_keeps_the_csrf_check_for_session_users_only(workspace, owner, token,
         ({}, "'question' is required"),
         ({"question": "   "}, "'question' is required"),
         ({"question": "Hi", "mode": "deep"}, "Unknown mode 'deep'"),
-        ({"question": "Hi", "top_k": 0}, "'top_k' must be a whole number from 1 to 500"),
+        ({"question": "Hi", "top_k": 0}, "'top_k' must be a whole number from 1 to 200"),
         ({"question": "Hi", "top_k": "5"}, "'top_k' must be a whole number"),
         ({"question": "Hi", "stream": "yes"}, "'stream' must be true or false"),
         ({"question": "Hi", "keywords": ["a"]}, "keywords must be an object"),
@@ -186,6 +188,15 @@ def test_it_rejects_bad_input_with_a_clear_message(workspace, token, body, messa
 
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+
+def test_it_refuses_a_workspace_without_documents_with_409(workspace, token):
+    response = post(Client(), {"question": "Hi"}, token=token)
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": "This workspace has no documents yet. Upload one on the workspace page, then ask again."
+    }
 
 
 def test_it_reports_a_failing_keyword_model_as_502(graph, token, model, settings):

@@ -228,6 +228,9 @@ def test_it_lets_an_admin_edit_the_questions_of_a_set(client, workspace):
 # Evaluating two systems end to end ---------------------------------------------------------
 
 GRAPH, PASSAGES = "GRAPH", "PASSAGES"
+# The modes are asked through the ask service, which retrieves on pool threads with connections
+# of their own; those see only what is committed.
+answering = pytest.mark.django_db(transaction=True)
 QUESTIONS = ["How do the harbours compete?", "What shaped Velmar's trade?", "Who gains from the new port?"]
 
 
@@ -296,6 +299,7 @@ def harbour(workspace, openai_double, settings):
     return workspace
 
 
+@answering
 def test_it_judges_each_pair_twice_swapped_and_maps_verdicts_back_to_systems(harbour, openai_double, capsys):
     call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive", judge_model="judge-1")
 
@@ -332,6 +336,7 @@ def test_it_judges_each_pair_twice_swapped_and_maps_verdicts_back_to_systems(har
     ]
 
 
+@answering
 def test_it_stores_both_answers_with_their_cost_and_uses_the_judge_model(harbour, openai_double):
     call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive", judge_model="judge-1")
 
@@ -362,6 +367,7 @@ def test_it_stores_both_answers_with_their_cost_and_uses_the_judge_model(harbour
     assert run.answer_model == "double-chat"
 
 
+@answering
 def test_it_records_a_failed_answer_and_leaves_that_pair_unjudged(harbour, openai_double):
     def failing_naive(body):
         if (
@@ -405,6 +411,7 @@ def test_it_names_the_sets_there_are_when_the_set_is_unknown(harbour):
 # The evaluation page ------------------------------------------------------------------------
 
 
+@answering
 def test_it_shows_a_viewer_the_run_in_the_papers_layout(harbour, client):
     call_command("evaluate", workspace="acme", set_name="harbour", a="mix", b="naive")
     run = EvaluationRun.objects.get()
@@ -458,6 +465,7 @@ def _baselines_double(body: dict) -> str:
     return _evaluation_double(body)
 
 
+@answering
 def test_it_searches_with_the_embedding_of_a_hypothetical_passage_for_hyde(harbour, openai_double):
     openai_double.reply(_baselines_double)
 
@@ -477,6 +485,7 @@ def test_it_searches_with_the_embedding_of_a_hypothetical_passage_for_hyde(harbo
     assert answer_request.last_user_message == hyde.question.text
 
 
+@answering
 def test_it_retrieves_each_sub_question_once_and_merges_their_sources_for_rqrag(harbour, openai_double):
     openai_double.reply(_baselines_double)
 

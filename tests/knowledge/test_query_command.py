@@ -8,6 +8,10 @@ from knowledge.api_tokens import user_for_api_token
 from knowledge.models import ApiToken
 from tests.knowledge.team_graph import build_science_graph
 
+# The ask service retrieves on pool threads with connections of their own, which see only what
+# is committed.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 
 @pytest.fixture
 def science(workspace, settings):

@@ -157,6 +157,19 @@ def test_it_draws_the_retrieved_subgraph(graph, workspace):
     assert edge_ids == {f"r{relation.pk}" for relation in r.values()}
 
 
+@pytest.mark.parametrize("mode", ["local", "global", "hybrid", "mix"])
+def test_it_describes_every_node_and_edge_of_the_subgraph_from_what_it_read(graph, workspace, mode):
+    e, r, _ = graph
+    result = ask(workspace, mode)
+
+    assert result.subgraph["nodes"]
+    for node in result.subgraph["nodes"]:
+        assert node["description"] == f"{node['label']} is a person."
+    descriptions = {f"r{relation.pk}": relation.description for relation in r.values()}
+    for edge in result.subgraph["edges"]:
+        assert edge["description"] == descriptions[edge["id"]]
+
+
 def test_it_never_retrieves_from_another_workspace(graph, workspace):
     other = make_workspace(slug="other")
     secret = make_entity(other, "Zebulon", embedding=axis(LOW), description="Zebulon is a secret.")

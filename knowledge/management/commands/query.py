@@ -1,55 +1,80 @@
 import json
 import re
+from contextlib import aclosing
 from dataclasses import asdict
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive, astream_answer
-from knowledge.llm import LLMError, Usage
+from knowledge.asking import (
+    TOP_K_MAX,
+    AskError,
+    AskRequest,
+    DoneEvent,
+    ErrorEvent,
+    RetrievalEvent,
+    TokenEvent,
+    ask_request,
+    ask_stream,
+    check_workspace_ready,
+)
 from knowledge.management import workspace_by_slug
-from knowledge.retrieval import DEFAULT_TOP_K, MODES, retrieve
+from knowledge.models import Workspace
+from knowledge.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K, MODES
 
 
 class Command(BaseCommand):
     help = "Ask a workspace a question and print the answer (or, with --json, everything retrieved)."
 
     def add_arguments(self, parser):
+        # No argparse choices or bounds: the ask service checks every value, with the same
+        # messages the chat and the API give.
         parser.add_argument("question")
         parser.add_argument("--workspace", required=True, help="the workspace's slug")
-        parser.add_argument("--mode", default="mix", choices=MODES)
-        parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="entities or relations per search")
-        parser.add_argument("--chunk-top-k", type=int, default=None, help="source chunks in the context (20)")
-        parser.add_argument("--response-type", default=DEFAULT_RESPONSE_TYPE)
+        parser.add_argument("--mode", help=f"{', '.join(MODES)} (default {DEFAULT_MODE})")
+        parser.add_argument(
+            "--top-k", type=int, help=f"entities or relations per search, 1-{TOP_K_MAX} (default {DEFAULT_TOP_K})"
+        )
+        parser.add_argument(
+            "--chunk-top-k",
+            type=int,
+            help=f"source chunks in the context, 1-{TOP_K_MAX} (default {DEFAULT_CHUNK_TOP_K})",
+        )
+        parser.add_argument("--response-type", help="the form of the answer, e.g. 'Bullet Points'")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--context-only", action="store_true", help="print the context instead of answering")
 
     def handle(self, *args, question, workspace, mode, top_k, chunk_top_k, response_type, **options):
         found = workspace_by_slug(workspace)
-        usage = Usage()
+        as_json = options["json"]
         try:
-            result = retrieve(
-                workspace=found, question=question, mode=mode, top_k=top_k, chunk_top_k=chunk_top_k, usage=usage
+            request = ask_request(
+                question=question,
+                mode=mode,
+                top_k=top_k,
+                chunk_top_k=chunk_top_k,
+                response_type=response_type,
+                context_only=options["context_only"],
             )
-        except (ValueError, LLMError) as exc:
+            # An operator's command: no membership to check, only whether there is anything to ask.
+            check_workspace_ready(workspace=found, mode=request.mode)
+        except AskError as exc:
             raise CommandError(str(exc)) from exc
-        as_json, context_only = options["json"], options["context_only"]
-        if context_only and not as_json:
-            self.stdout.write(result.context or "(nothing retrieved)")
-            return
-        answer = None
-        if not context_only:
-            answer = self._answer(question, result, response_type, usage, echo=not as_json)
+        retrieval, done = async_to_sync(self._ask)(found, request, echo=not as_json and not request.context_only)
+        result = retrieval.result
         if as_json:
             payload = {
-                "answer": answer,
-                **result.to_json(include_context=context_only),
-                "answer_engine": "extractive" if answer_is_extractive() else "llm",
-                "usage": asdict(usage),
+                "answer": done.answer,
+                **result.to_json(include_context=request.context_only),
+                "answer_engine": retrieval.engine,
+                "usage": asdict(done.usage),
             }
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
-        cited = set(re.findall(r"\[([ERS]\d+)\]", answer))
+        if request.context_only:
+            self.stdout.write(result.context or "(nothing retrieved)")
+            return
+        cited = set(re.findall(r"\[([ERS]\d+)\]", done.answer))
         sources = [citation for citation in result.citations if citation["id"] in cited]
         if sources:
             self.stdout.write("\nSources:")
@@ -60,21 +85,19 @@ class Command(BaseCommand):
             label = "" if citation["kind"] == "source" else f"{citation['label']}: "
             self.stdout.write(f"  [{citation['id']}] {label}{where}")
 
-    def _answer(self, question, result, response_type, usage, *, echo: bool) -> str:
-        async def run() -> str:
-            parts = []
-            async for piece in astream_answer(
-                question=question, result=result, response_type=response_type, usage=usage
-            ):
-                parts.append(piece)
-                if echo:
-                    self.stdout.write(piece, ending="")
+    async def _ask(self, workspace: Workspace, request: AskRequest, *, echo: bool) -> tuple[RetrievalEvent, DoneEvent]:
+        """The retrieval and the end of the answer, echoing the answer as it streams."""
+        retrieval = None
+        async with aclosing(ask_stream(workspace=workspace, request=request)) as events:
+            async for event in events:
+                if isinstance(event, ErrorEvent):
+                    raise CommandError(event.message)
+                if isinstance(event, RetrievalEvent):
+                    retrieval = event
+                elif isinstance(event, TokenEvent) and echo:
+                    self.stdout.write(event.text, ending="")
                     self.stdout.flush()
-            if echo:
-                self.stdout.write("")
-            return "".join(parts)
-
-        try:
-            return async_to_sync(run)()
-        except LLMError as exc:
-            raise CommandError(str(exc)) from exc
+                elif isinstance(event, DoneEvent):
+                    if echo:
+                        self.stdout.write("")
+                    return retrieval, event
