@@ -39,6 +39,9 @@ ENTITY_FIELDS = (
     "description",
     "embedding",
     "published",
+    "summary",
+    "summary_through",
+    "summary_sources",
     "created_at",
     "updated_at",
 )
@@ -52,6 +55,9 @@ RELATION_FIELDS = (
     "weight",
     "embedding",
     "published",
+    "summary",
+    "summary_through",
+    "summary_sources",
     "created_at",
     "updated_at",
 )

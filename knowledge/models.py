@@ -196,6 +196,13 @@ class Entity(models.Model):
     # Set with the vector when the first document that supports the entity is published; until
     # then nothing serves it (knowledge.ingestion, "Publishing").
     published = models.BooleanField(default=False)
+    # The last LLM summary folded into the description, the last source (provenance id) it folded
+    # and how many: later sources are added below it until they cross SUMMARY_TRIGGER
+    # (knowledge.graph.describe).
+    summary = models.TextField(blank=True, db_default="")
+    summary_through = models.BigIntegerField(db_default=0)
+    summary_sources = models.PositiveIntegerField(db_default=0)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -222,6 +229,11 @@ class Relation(models.Model):
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # As Entity.published; degrees count published relations only (triggers, migration 0005).
     published = models.BooleanField(default=False)
+    # As Entity.summary: the last LLM summary folded into the description, and which sources it folded.
+    summary = models.TextField(blank=True, db_default="")
+    summary_through = models.BigIntegerField(db_default=0)
+    summary_sources = models.PositiveIntegerField(db_default=0)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -32,8 +32,8 @@ def _fragments(descriptions: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def _needs_summary(fragments: list[str]) -> bool:
-    return len(fragments) > settings.SUMMARY_TRIGGER or sum(map(_tokens, fragments)) > settings.SUMMARY_MAX_TOKENS
+def _needs_summary(new: list[str], candidates: list[str]) -> bool:
+    return len(new) > settings.SUMMARY_TRIGGER or sum(map(_tokens, candidates)) > settings.SUMMARY_MAX_TOKENS
 
 
 def _within_budget(fragments: list[str]) -> str:
@@ -107,26 +107,71 @@ def _summarize(items: list[_Summary], usage: llm.Usage) -> None:
         pending = still
 
 
-def describe(kind: str, subjects: dict[int, str], descriptions: dict[int, list[str]], usage, fallback) -> dict:
-    """id -> merged description: fragments joined, or summarized past the trigger (no LLM: budgeted fragments)."""
+@dataclass(frozen=True)
+class Summarized:
+    """What a row's description folds: its summary (empty when it is plain fragments), the id of
+    the last source folded into it and how many sources it folded."""
+
+    summary: str = ""
+    through: int = 0
+    sources: int = 0
+
+
+@dataclass(frozen=True)
+class Described:
+    description: str
+    summarized: Summarized
+
+
+def describe(
+    kind: str,
+    subjects: dict[int, str],
+    sources: dict[int, list[tuple[int, str]]],
+    states: dict[int, Summarized],
+    usage,
+    fallback,
+) -> dict[int, Described]:
+    """id -> the merged description of each row, from its sources (id, description) in id order.
+
+    Summaries are incremental, as a model would be asked by hand: a row with a summary adds the
+    fragments of sources newer than it below it, and only when those cross the trigger
+    (SUMMARY_TRIGGER fragments, or SUMMARY_MAX_TOKENS with the summary) is the model asked again,
+    with the summary and the new fragments, map-reduced only when they exceed the context. So a
+    row mentioned by every document is summarized once per SUMMARY_TRIGGER new mentions, not at
+    every document, and every fragment reaches a summary's input exactly once. A row that lost a
+    source its summary folded (a deletion, a failed document, a merge) is summarized again from
+    all that remain. Without a chat model: the fragments that fit in SUMMARY_MAX_TOKENS.
+    """
     result, to_summarize = {}, []
     for pk, subject in subjects.items():
-        fragments = _fragments(descriptions.get(pk, []))
-        if not _needs_summary(fragments):
-            result[pk] = "\n".join(fragments)
-        elif llm.chat_model_configured():
-            to_summarize.append((pk, _Summary(kind, subject, fragments)))
+        rows = sources.get(pk, [])
+        state = states.get(pk, Summarized())
+        folded = sum(1 for source_id, _ in rows if source_id <= state.through)
+        if state.summary and folded == state.sources:
+            base, new = [state.summary], _fragments(text for source_id, text in rows if source_id > state.through)
         else:
-            result[pk] = _within_budget(fragments)
+            base, new = [], _fragments(text for _, text in rows)
+        candidates = base + [fragment for fragment in new if fragment not in base]
+        if not _needs_summary(new, candidates):
+            result[pk] = Described("\n".join(candidates), state if base else Summarized())
+        elif llm.chat_model_configured():
+            latest = (max(source_id for source_id, _ in rows), len(rows)) if rows else (0, 0)
+            to_summarize.append((pk, _Summary(kind, subject, candidates), latest))
+        else:
+            result[pk] = Described(_within_budget(candidates), Summarized())
     if to_summarize:
         try:
-            _summarize([item for _, item in to_summarize], usage)
-            result.update({pk: item.result for pk, item in to_summarize})
+            _summarize([item for _, item, _ in to_summarize], usage)
+            result.update(
+                {pk: Described(item.result, Summarized(item.result, *latest)) for pk, item, latest in to_summarize}
+            )
         except llm.LLMError:
             if not fallback:
                 raise
             logger.warning("summaries failed; keeping budgeted fragments for %d %ss", len(to_summarize), kind)
-            result.update({pk: _within_budget(_fragments(descriptions[pk])) for pk, _ in to_summarize})
+            for pk, _, _ in to_summarize:
+                fragments = _fragments(text for _, text in sources[pk])
+                result[pk] = Described(_within_budget(fragments), Summarized())
     return result
 
 

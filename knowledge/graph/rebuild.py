@@ -10,7 +10,14 @@ from psycopg.errors import DeadlockDetected
 
 from knowledge import llm
 from knowledge.extraction import keyword_union
-from knowledge.graph.describe import describe, embed_changed, entity_embedding_text, relation_embedding_text
+from knowledge.graph.describe import (
+    Described,
+    Summarized,
+    describe,
+    embed_changed,
+    entity_embedding_text,
+    relation_embedding_text,
+)
 from knowledge.graph.locks import lock_entity_keys, lock_relations
 from knowledge.graph.vectors import update_rows
 from knowledge.models import Entity, EntitySource, Relation, RelationSource
@@ -95,6 +102,22 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
         ids = stale
 
 
+SUMMARY_FIELDS = ("summary", "summary_through", "summary_sources")
+
+
+def _states(rows: dict[int, dict]) -> dict[int, Summarized]:
+    return {pk: Summarized(row["summary"], row["summary_through"], row["summary_sources"]) for pk, row in rows.items()}
+
+
+def _described_fields(described: Described) -> dict:
+    return {
+        "description": described.description,
+        "summary": described.summarized.summary,
+        "summary_through": described.summarized.through,
+        "summary_sources": described.summarized.sources,
+    }
+
+
 @dataclass
 class _Plan:
     fingerprints: dict[int, tuple]
@@ -114,21 +137,21 @@ class _EntityRebuild:
         rows = {
             row["pk"]: row
             for row in Entity.objects.filter(pk__in=ids).values(
-                "pk", "workspace_id", "key", "name", "type", "description", "published"
+                "pk", "workspace_id", "key", "name", "type", "description", "published", *SUMMARY_FIELDS
             )
         }
         types: dict[int, Counter] = {}
         spellings: dict[int, Counter] = {}
-        descriptions: dict[int, list[str]] = {}
-        for entity_id, name, kind, description in (
+        descriptions: dict[int, list[tuple[int, str]]] = {}
+        for source_id, entity_id, name, kind, description in (
             EntitySource.objects.filter(entity_id__in=ids)
             .order_by("id")
-            .values_list("entity_id", "name", "type", "description")
+            .values_list("id", "entity_id", "name", "type", "description")
         ):
             if kind:
                 types.setdefault(entity_id, Counter())[kind] += 1
             spellings.setdefault(entity_id, Counter())[name] += 1
-            descriptions.setdefault(entity_id, []).append(description)
+            descriptions.setdefault(entity_id, []).append((source_id, description))
         fingerprints = _fingerprints(EntitySource, "entity_id", ids)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         # The display name stays while some source still spells it so (a curated survivor keeps its
@@ -137,12 +160,12 @@ class _EntityRebuild:
             pk: row["name"] if row["name"] in spellings[pk] else spellings[pk].most_common(1)[0][0]
             for pk, row in alive.items()
         }
-        merged = describe("entity", names, descriptions, self.usage, self.fallback)
+        merged = describe("entity", names, descriptions, _states(alive), self.usage, self.fallback)
         vectors = embed_changed(
             {
                 pk: (
                     entity_embedding_text(row["name"], row["description"]),
-                    entity_embedding_text(names[pk], merged[pk]),
+                    entity_embedding_text(names[pk], merged[pk].description),
                     row["published"],
                 )
                 for pk, row in alive.items()
@@ -152,8 +175,8 @@ class _EntityRebuild:
         for pk, row in alive.items():
             fields = {
                 "name": names[pk],
-                "description": merged[pk],
                 "type": types[pk].most_common(1)[0][0] if pk in types else row["type"],
+                **_described_fields(merged[pk]),
             }
             if pk in vectors:
                 fields["embedding"] = vectors[pk]
@@ -196,25 +219,27 @@ class _RelationRebuild:
                 "published",
                 "source__name",
                 "target__name",
+                *SUMMARY_FIELDS,
             )
         }
         weights: dict[int, float] = {}
         keywords: dict[int, list[str]] = {}
-        descriptions: dict[int, list[str]] = {}
-        for relation_id, strength, words, description in (
+        descriptions: dict[int, list[tuple[int, str]]] = {}
+        for source_id, relation_id, strength, words, description in (
             RelationSource.objects.filter(relation_id__in=ids)
             .order_by("id")
-            .values_list("relation_id", "strength", "keywords", "description")
+            .values_list("id", "relation_id", "strength", "keywords", "description")
         ):
             weights[relation_id] = weights.get(relation_id, 0.0) + strength
             keywords.setdefault(relation_id, []).append(words)
-            descriptions.setdefault(relation_id, []).append(description)
+            descriptions.setdefault(relation_id, []).append((source_id, description))
         fingerprints = _fingerprints(RelationSource, "relation_id", ids)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         merged = describe(
             "relationship",
             {pk: f"{row['source__name']} and {row['target__name']}" for pk, row in alive.items()},
             descriptions,
+            _states(alive),
             self.usage,
             self.fallback,
         )
@@ -227,7 +252,9 @@ class _RelationRebuild:
                     relation_embedding_text(
                         row["source__name"], row["target__name"], row["keywords"], row["description"]
                     ),
-                    relation_embedding_text(row["source__name"], row["target__name"], new_keywords[pk], merged[pk]),
+                    relation_embedding_text(
+                        row["source__name"], row["target__name"], new_keywords[pk], merged[pk].description
+                    ),
                     row["published"],
                 )
                 for pk, row in alive.items()
@@ -235,7 +262,7 @@ class _RelationRebuild:
         )
         updates = {}
         for pk, row in alive.items():
-            fields = {"description": merged[pk], "keywords": new_keywords[pk], "weight": weights[pk]}
+            fields = {"keywords": new_keywords[pk], "weight": weights[pk], **_described_fields(merged[pk])}
             if pk in vectors:
                 fields["embedding"] = vectors[pk]
             if any(row[name] != value for name, value in fields.items() if name != "embedding") or pk in vectors:

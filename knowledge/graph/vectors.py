@@ -12,7 +12,16 @@ from knowledge import llm
 from knowledge.graph.describe import entity_embedding_text, relation_embedding_text
 from knowledge.models import Chunk, Entity, Relation
 
-_COLUMN_TYPES = {"name": "text", "type": "text", "description": "text", "keywords": "text", "weight": "float8"}
+_COLUMN_TYPES = {
+    "name": "text",
+    "type": "text",
+    "description": "text",
+    "keywords": "text",
+    "weight": "float8",
+    "summary": "text",
+    "summary_through": "int8",
+    "summary_sources": "int4",
+}
 
 
 def _vector_cursor() -> psycopg.Cursor:
