@@ -211,7 +211,8 @@ def workspace_for_asking(*, user, slug: str, mode: str) -> Workspace:
 
 def check_workspace_ready(*, workspace: Workspace, mode: str) -> None:
     """Refuse a question that nothing in the workspace can answer yet (bypass needs no documents)."""
-    if mode == "bypass" or Chunk.objects.filter(workspace=workspace).exists():
+    # A published document is one whose chunks carry vectors; an unfinished one serves nothing yet.
+    if mode == "bypass" or Chunk.objects.filter(workspace=workspace, embedding__isnull=False).exists():
         return
     if Document.objects.filter(
         workspace=workspace, status__in=[Document.Status.PENDING, Document.Status.PROCESSING]
