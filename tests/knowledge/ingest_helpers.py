@@ -89,8 +89,8 @@ LINE = "Part {index:02d}: Person {prefix}{index:02d} meets Shared Person."
 MEETING = re.compile(r"Person ([A-Z]\d\d) meets Shared Person\.")
 
 
-def parts(prefix: str = "A") -> str:
-    return "\n".join(LINE.format(index=index, prefix=prefix) for index in range(PARTS))
+def parts(prefix: str = "A", count: int = PARTS) -> str:
+    return "\n".join(LINE.format(index=index, prefix=prefix) for index in range(count))
 
 
 def meetings(body: dict, delay: float = 0.0) -> str:

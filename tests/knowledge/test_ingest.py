@@ -1,7 +1,6 @@
 import asyncio
 import re
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -11,10 +10,28 @@ from django.db import connection
 from django.utils import timezone
 
 from knowledge import ingestion, prompts
-from knowledge.models import Chunk, ChunkExtraction, Document, Entity, EntitySource, Relation, Workspace
+from knowledge.models import (
+    Chunk,
+    ChunkExtraction,
+    Document,
+    Entity,
+    EntitySource,
+    GraphRebuild,
+    Relation,
+    Workspace,
+)
 from knowledge.tasks import ingest_next
 from tests.factories import make_workspace
-from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer, graph_dump
+from tests.knowledge.ingest_helpers import (
+    DOC_A,
+    DOC_B,
+    MEETING,
+    answer,
+    graph_dump,
+    meetings,
+    parts,
+    small_chunks,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -106,27 +123,6 @@ def test_deleting_a_document_leaves_the_graph_of_the_other_alone_without_extract
     assert workspace.audit_events.filter(action="document.delete").count() == 1
 
 
-MEETING = r"Person ([A-Z]\d\d) meets Shared Person\."
-
-
-def _numbered_parts(count: int, prefix: str = "A") -> str:
-    return "\n".join(f"Part {i:02d}: Person {prefix}{i:02d} meets Shared Person." for i in range(count))
-
-
-def _meetings(body: dict) -> str:
-    text = body["messages"][1]["content"]
-    if len(body["messages"]) > 2:
-        return prompts.DONE_MARKER
-    lines = []
-    for person in re.findall(MEETING, text):
-        lines += [
-            f"entity<|>Person {person}<|>person<|>Person {person} took part in meeting {person}.",
-            f"entity<|>Shared Person<|>person<|>Shared Person met Person {person}.",
-            f"relation<|>Person {person}<|>Shared Person<|>meeting<|>They met at meeting {person}.<|>2",
-        ]
-    return "\n".join(lines)
-
-
 def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_extracted_ones(
     openai_double, workspace, settings
 ):
@@ -139,10 +135,10 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
         if len(answered) >= 16:  # 8 extractions + 8 gleanings
             raise RuntimeError("model crashed")
         answered.append(body)
-        return _meetings(body)
+        return meetings(body)
 
     openai_double.reply(failing_after_first_batch)
-    document = _create(workspace, "parts.txt", _numbered_parts(16))
+    document = _create(workspace, "parts.txt", parts(count=16))
 
     with pytest.raises(ingestion.IngestInterrupted, match="chunk"):
         ingestion.document_ingest(document_id=document.pk)
@@ -156,7 +152,7 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
     assert chunk_count > 8
     first_half = set(Chunk.objects.filter(document=document, order__lt=8).values_list("text", flat=True))
     openai_double.clear()
-    openai_double.reply(_meetings)
+    openai_double.reply(meetings)
 
     done = ingestion.document_ingest(document_id=document.pk)
 
@@ -166,7 +162,7 @@ def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_ex
     assert not any(text in question for text in first_half for question in asked)
     assert done.chunks_done == chunk_count
     assert ChunkExtraction.objects.filter(chunk__document=document).count() == chunk_count
-    meeting_chunks = [chunk for chunk in Chunk.objects.filter(document=document) if re.search(MEETING, chunk.text)]
+    meeting_chunks = [chunk for chunk in Chunk.objects.filter(document=document) if MEETING.search(chunk.text)]
     shared = Entity.objects.get(workspace=workspace, key="shared person")
     assert set(shared.sources.values_list("chunk", flat=True)) == {chunk.pk for chunk in meeting_chunks}
 
@@ -177,14 +173,10 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
     settings.SUMMARY_TRIGGER = 1000
     settings.SUMMARY_MAX_TOKENS = 100000
 
-    def slow_meetings(body):
-        time.sleep(0.005)  # so the two documents' batches interleave
-        return _meetings(body)
-
-    openai_double.reply(slow_meetings)
+    openai_double.reply(lambda body: meetings(body, delay=0.005))  # so the two documents' batches interleave
     documents = [
-        _create(workspace, "a.txt", _numbered_parts(24, "A")),
-        _create(workspace, "b.txt", _numbered_parts(24, "B")),
+        _create(workspace, "a.txt", parts("A", count=24)),
+        _create(workspace, "b.txt", parts("B", count=24)),
     ]
     errors = []
 
@@ -206,7 +198,7 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
     assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
     expected = set()
     for chunk in Chunk.objects.filter(workspace=workspace):
-        for person in re.findall(MEETING, chunk.text):
+        for person in MEETING.findall(chunk.text):
             expected |= {(f"person {person.lower()}", chunk.pk), ("shared person", chunk.pk)}
     stored = set(EntitySource.objects.values_list("entity__key", "chunk_id"))
     assert stored == expected
@@ -376,3 +368,103 @@ def test_the_embedded_defaults_turn_prose_into_a_sensible_graph(workspace, setti
     assert all(entity.embedding is not None and len(entity.embedding) == 384 for entity in entities.values())
     assert ChunkExtraction.objects.get(chunk__document=document).engine == "spacy"
     assert document.llm_calls == 0
+
+
+def test_a_model_that_refuses_the_key_midway_leaves_nothing_behind_and_a_retry_gives_the_clean_graph(
+    openai_double, settings
+):
+    settings.LLM_MAX_CONCURRENCY = 4  # batches of 8 chunks
+    clean, broken = (small_chunks(make_workspace(slug=slug, gleaning_passes=0)) for slug in ("clean", "broken"))
+    openai_double.reply(meetings)
+    for workspace in (clean, broken):
+        _ingest(workspace, "base.txt", parts("B"))
+    answered = []
+
+    def refusing_after_eight(body):
+        answered.append(body)
+        if len(answered) == 8:
+            openai_double.fail(1000, status=401)
+        return meetings(body)
+
+    openai_double.reply(refusing_after_eight)
+    document = _create(broken, "meetings.txt", parts())
+
+    failed = ingestion.document_ingest(document_id=document.pk)
+
+    assert failed.status == "failed"
+    assert "LLM_API_KEY" in failed.error
+    assert failed.llm_calls == 8  # what it spent is counted, though nothing of it stays
+    assert not Entity.objects.filter(workspace=broken, key__startswith="person a").exists()
+    assert not EntitySource.objects.filter(chunk__document=document).exists()
+    shared = Entity.objects.get(workspace=broken, key="shared person")
+    assert "Person A00" not in shared.description
+    openai_double._failures.clear()  # the key is fixed
+    openai_double.reply(meetings)
+    assert ingestion.document_retry(document=failed)
+
+    assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+
+    _ingest(clean, "meetings.txt", parts())
+    assert graph_dump(broken) == graph_dump(clean)
+
+
+def test_a_deletion_while_the_model_is_down_converges_once_it_is_back(openai_double, settings):
+    settings.SUMMARY_TRIGGER = 1  # every merged description goes through a summary
+    settings.LLM_MAX_RETRIES = 1
+    openai_double.reply(answer)
+    workspace, alone = make_workspace(slug="both"), make_workspace(slug="alone")
+    a = _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+    _ingest(alone, "b.txt", DOC_B)
+    openai_double.fail(1000, status=503, message="the model is down")
+    openai_double.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
+    openai_double.reply(lambda body: "Summary: fresh " + answer(body))  # nothing cached may be reused
+
+    ingestion.document_delete(document=a)
+
+    assert not Document.objects.filter(pk=a.pk).exists()  # the deletion itself is done
+    rebuild = GraphRebuild.objects.get(workspace=workspace)
+    assert "down" in rebuild.error
+    assert rebuild.attempts == 1
+    assert graph_dump(workspace) != graph_dump(alone)
+    openai_double._failures.clear()
+    openai_double.reply(answer)
+
+    assert ingestion.graph_rebuild_run(rebuild_id=rebuild.pk)
+
+    assert not GraphRebuild.objects.exists()
+    assert graph_dump(workspace) == graph_dump(alone)
+
+
+def test_an_entity_in_twenty_documents_is_summarized_each_time_its_new_mentions_cross_the_trigger(
+    openai_double, workspace, settings
+):
+    settings.SUMMARY_TRIGGER = 8
+    summary_inputs = []
+
+    def script(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if system.startswith("You merge descriptions"):
+            facts = re.findall(r"^- (.*)$", user, flags=re.M)
+            summary_inputs.append(facts)
+            return f"Summary of {len(facts)} descriptions."
+        if len(body["messages"]) > 2:
+            return prompts.DONE_MARKER
+        (number,) = re.findall(r"Report (\d+)", user)
+        return f"entity<|>Hub<|>concept<|>Report {number} says something about the hub.\n{prompts.DONE_MARKER}"
+
+    openai_double.reply(script)
+    for number in range(1, 21):
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub.")
+
+    # New mentions cross the trigger at report 9 and report 18; 19 and 20 wait below the summary.
+    assert len(summary_inputs) == 2
+    assert summary_inputs[1][0] == "Summary of 9 descriptions."
+    every_input = [fact for facts in summary_inputs for fact in facts]
+    for number in range(1, 19):
+        assert every_input.count(f"Report {number} says something about the hub.") == 1
+    hub = Entity.objects.get(workspace=workspace, key="hub")
+    assert hub.description == (
+        "Summary of 10 descriptions.\nReport 19 says something about the hub.\nReport 20 says something about the hub."
+    )
+    assert hub.summary == "Summary of 10 descriptions."
