@@ -232,6 +232,18 @@ def test_two_worker_processes_ingest_overlapping_documents_at_once(openai_double
     assert _unordered(graph_dump(workspace)) == _unordered(graph_dump(alone))
 
 
+def forget_broken_connections() -> None:
+    """Close this process's connections the restart broke: this thread's, asgiref's thread's (where
+    sync_to_async runs), and retrieval's pool threads'."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from knowledge.retrieval.concurrent import close_connections
+
+    connection.close()
+    async_to_sync(sync_to_async(connection.close))()
+    close_connections()
+
+
 def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_path):
     if os.environ.get("DATABASE_URL"):
         pytest.skip("needs the embedded Postgres, which this test stops and starts again")
@@ -255,6 +267,7 @@ def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_p
         gate.open()  # the step at hand finds the database gone
         time.sleep(3)
         server.ensure_postgres_running()
+        forget_broken_connections()
         wait_for(
             lambda: Document.objects.get(pk=document.pk).status == "processed",
             timeout=300,
