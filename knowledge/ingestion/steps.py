@@ -133,18 +133,27 @@ def _read_source(document: Document) -> bytes:
         return handle.read()
 
 
+def read_file(name: str, data: bytes) -> str:
+    """The text of an uploaded file, as a run reads it; DocumentRefused when there is none."""
+    text = parsing.parse_file(name, data)
+    if not text:
+        raise DocumentRefused(
+            f"No text found in {name}. A scanned PDF needs text recognition (OCR) before it can be uploaded."
+            if name.lower().endswith(".pdf")
+            else f"No text found in {name}."
+        )
+    return text
+
+
+def chunk_spans(text: str, workspace: Workspace) -> list[chunking.ChunkSpan]:
+    return chunking.chunk_text(text, size=workspace.chunk_token_size, overlap=workspace.chunk_overlap_tokens)
+
+
 def _parse(document: Document, owner: str) -> None:
     began = time.perf_counter()
     text = Document.objects.filter(pk=document.pk).values_list("text", flat=True).get()
     if not text:
-        name = document.original_filename or document.source_file.name
-        text = parsing.parse_file(name, _read_source(document))
-        if not text:
-            raise DocumentRefused(
-                f"No text found in {name}. A scanned PDF needs text recognition (OCR) before it can be uploaded."
-                if name.lower().endswith(".pdf")
-                else f"No text found in {name}."
-            )
+        text = read_file(document.original_filename or document.source_file.name, _read_source(document))
     content_hash = hashlib.sha256(text.encode()).hexdigest()
     duplicate = (
         Document.objects.filter(workspace_id=document.workspace_id, content_hash=content_hash)
@@ -156,7 +165,7 @@ def _parse(document: Document, owner: str) -> None:
         raise DocumentRefused(f"{document.title} has the same text as “{duplicate}”, already in this workspace.")
     parsed = time.perf_counter()
     workspace = document.workspace
-    spans = chunking.chunk_text(text, size=workspace.chunk_token_size, overlap=workspace.chunk_overlap_tokens)
+    spans = chunk_spans(text, workspace)
     chunked = time.perf_counter()
     try:
         with transaction.atomic():
