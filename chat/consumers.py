@@ -21,6 +21,7 @@ from django.http import Http404
 from chat import selectors, services
 from chat.models import Conversation
 from chat.rendering import render_answer
+from knowledge.answer import answer_citations
 from knowledge.asking import (
     ASK_FIELDS,
     ENGINE_EXTRACTIVE,
@@ -186,6 +187,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         content = "".join(pieces)
         extractive = (retrieval.engine if retrieval else answer_engine()) == ENGINE_EXTRACTIVE
         message = None
+        # Computed here rather than taken from the DoneEvent: a stopped answer has none.
+        citations = await asyncio.to_thread(answer_citations, content, retrieval.result) if retrieval else []
         if retrieval is not None and (content or not stopped):
             result = retrieval.result
             message = await database_sync_to_async(services.answer_record)(
@@ -195,7 +198,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 extractive=extractive,
                 stopped=stopped,
                 keywords=result.keywords.to_json(),
-                citations=result.citations,
+                citations=citations,
                 subgraph=result.subgraph,
                 usage=asdict(usage),
             )
@@ -205,6 +208,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "conversation": turn.conversation.pk,
                 "message": message.pk if message else None,
                 "html": render_answer(content),
+                "citations": citations,
                 "usage": asdict(usage),
                 "stopped": stopped,
                 "extractive": extractive,

@@ -92,7 +92,8 @@ async def _ndjson(first: dict, events: AsyncIterator[AskEvent]) -> AsyncIterator
             elif isinstance(event, ErrorEvent):
                 yield _line({"type": "error", "message": event.message})
             elif isinstance(event, DoneEvent):
-                yield _line({"type": "done", "answer": event.answer, "usage": asdict(event.usage)})
+                done = {"type": "done", "answer": event.answer, "citations": event.citations}
+                yield _line({**done, "usage": asdict(event.usage)})
 
 
 @csrf_exempt
@@ -134,4 +135,4 @@ async def query(request, slug: str):
             if isinstance(last, ErrorEvent):
                 return _error(_ERROR_STATUS[last.reason], last.message)
     # Short of an error, a stream ends with its DoneEvent.
-    return JsonResponse({"answer": last.answer, **first, "usage": asdict(last.usage)})
+    return JsonResponse({"answer": last.answer, **first, "citations": last.citations, "usage": asdict(last.usage)})

@@ -17,6 +17,7 @@ default executor, never on asgiref's one shared thread, where one slow question 
 every other socket and request of the process.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -29,7 +30,7 @@ from django.db import connection
 from django.http import Http404
 
 from knowledge import llm
-from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive, astream_answer
+from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_citations, answer_is_extractive, astream_answer
 from knowledge.models import Chunk, Document, Workspace
 from knowledge.retrieval import (
     DEFAULT_CHUNK_TOP_K,
@@ -245,6 +246,8 @@ class DoneEvent:
     engine: str
     # Every model call of the question: keywords, embeddings when remote, the answer.
     usage: llm.Usage
+    # The retrieval's citations with the sentences the answer cites (answer.answer_citations).
+    citations: list[dict]
 
 
 @dataclass(frozen=True)
@@ -293,7 +296,7 @@ async def answer_stream(
     evaluation's baselines): TokenEvents, then a DoneEvent or an ErrorEvent."""
     engine = answer_engine()
     if request.context_only:
-        yield DoneEvent(answer=None, engine=engine, usage=usage)
+        yield DoneEvent(answer=None, engine=engine, usage=usage, citations=result.citations)
         return
     pieces = []
     stream = astream_answer(
@@ -315,7 +318,10 @@ async def answer_stream(
         logger.exception("Answering a question failed")
         yield ErrorEvent(message=INTERNAL_ERROR_MESSAGE, reason="internal")
         return
-    yield DoneEvent(answer="".join(pieces), engine=engine, usage=usage)
+    answer = "".join(pieces)
+    # Off the event loop: segmenting the cited chunks takes a moment.
+    citations = await asyncio.to_thread(answer_citations, answer, result)
+    yield DoneEvent(answer=answer, engine=engine, usage=usage, citations=citations)
 
 
 def _retrieve(workspace: Workspace, request: AskRequest, usage: llm.Usage) -> RetrievalResult:

@@ -141,6 +141,12 @@ def _edge(
     }
 
 
+def _not_cited() -> dict:
+    """What the answer cites a row for: knowledge.answer.answer_citations fills it in once the
+    answer is written."""
+    return {"sentence": None, "sentence_start": None, "sentence_end": None, "sentences": []}
+
+
 def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dict]:
     """One citation per context row. An entity or relation points at its best-supported chunk,
     preferring one that is itself in the Sources table, with what that chunk said about it."""
@@ -162,6 +168,7 @@ def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dic
             "char_start": chunk["char_start"] if chunk else None,
             "char_end": chunk["char_end"] if chunk else None,
             "excerpt": _shorten(said or fallback),
+            **_not_cited(),
         }
 
     citations = [cite(r.id, "entity", r.name, ("E", r.entity_id), r.description) for r in result.entities]
@@ -180,6 +187,7 @@ def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dic
             "char_start": row.char_start,
             "char_end": row.char_end,
             "excerpt": _shorten(row.text),
+            **_not_cited(),
         }
         for row in result.chunks
     ]

@@ -199,6 +199,11 @@
     cancelAnimationFrame(streaming.frame);
     body.classList.remove("streaming");
     body.innerHTML = clean(event.html);
+    // `done` brings the citations again, now with the sentences the answer cites.
+    if (sources && event.citations) {
+      sources.citations = event.citations;
+      if (activeArticle === article) renderCitations(sources.citations);
+    }
     if (event.message) {
       article.dataset.message = article.dataset.answer = event.message;
       if (sources) answers.set(String(event.message), sources);
@@ -319,11 +324,16 @@
 
   // ---- Citations table -------------------------------------------------------------------
 
-  // The document page highlights the chunk a citation points at (?chunk=<id>).
+  // The document page highlights the chunk a citation points at (?chunk=<id>), and inside
+  // it the sentence the answer cites (&start=&end=, offsets into the document's text).
   function chunkHref(citation) {
     if (!citation.chunk_id || !citation.document_id) return null;
     const url = new URL(withId(config.documentUrl, citation.document_id), location.href);
     url.searchParams.set("chunk", Number(citation.chunk_id));
+    if (citation.sentence_start != null && citation.sentence_end != null) {
+      url.searchParams.set("start", Number(citation.sentence_start));
+      url.searchParams.set("end", Number(citation.sentence_end));
+    }
     url.hash = `chunk-${Number(citation.chunk_id)}`;
     return url.href;
   }

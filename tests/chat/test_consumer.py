@@ -10,7 +10,7 @@ from django.db.backends.utils import CursorWrapper
 from chat.models import Conversation, Message
 from knowledge import asking
 from knowledge.models import Membership, Role
-from tests.chat.conftest import ANSWER
+from tests.chat.conftest import ANSWER, HANDBOOK
 from tests.chat.sockets import TIMEOUT, ask, events_until, open_socket
 from tests.factories import make_document, make_user, make_workspace
 
@@ -93,7 +93,15 @@ async def test_it_streams_retrieval_then_tokens_then_done_to_a_viewer(handbook_w
     assert answer.content == streamed
     assert (answer.mode, answer.stopped, answer.extractive) == ("local", False, False)
     assert answer.subgraph == retrieval["subgraph"]
-    assert answer.citations == retrieval["citations"]
+    assert [citation["id"] for citation in answer.citations] == [citation["id"] for citation in retrieval["citations"]]
+    assert answer.citations == done["citations"]
+    cited = {citation["id"]: citation for citation in done["citations"]}
+    # The answer cites S1 for "wrote the first published algorithm": that sentence, with its span.
+    assert cited["S1"]["sentence"] == (
+        "She wrote the first published algorithm for the machine, and Babbage designed its mill and store."
+    )
+    assert HANDBOOK[cited["S1"]["sentence_start"] : cited["S1"]["sentence_end"]] == cited["S1"]["sentence"]
+    assert retrieval["citations"][0]["sentence"] is None
     assert answer.keywords["low_level"] == retrieval["keywords"]["low_level"]
     assert answer.usage["completion_tokens"] > 0
     assert answer.conversation.user_id == viewer.pk
@@ -305,10 +313,17 @@ async def test_it_answers_extractively_when_no_chat_model_is_configured(handbook
     assert done["type"] == "done"
     assert done["extractive"] is True
     streamed = "".join(event["text"] for event in events if event["type"] == "token")
-    assert "Ada Lovelace" in streamed
+    assert streamed.endswith(
+        "- Ada Lovelace worked with Charles Babbage on the Analytical Engine. "
+        "She wrote the first published algorithm for the machine, and Babbage designed its mill and store. [S1]"
+    )
+    [source] = [citation for citation in done["citations"] if citation["id"] == "S1"]
+    assert HANDBOOK[source["sentence_start"] : source["sentence_end"]] == source["sentence"]
+    assert source["sentence"].startswith("She wrote the first published algorithm")
     answer = (await saved_messages())[-1]
     assert answer.extractive
     assert answer.content == streamed
+    assert answer.citations == done["citations"]
     await communicator.disconnect()
 
 

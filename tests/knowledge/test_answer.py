@@ -3,17 +3,25 @@ import re
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection
+from markdown_it import MarkdownIt
 
 from knowledge.answer import (
     EXTRACTIVE_LABEL,
     NO_CONTEXT_ANSWER,
+    answer_citations,
     answer_is_extractive,
     astream_answer,
+    extractive_answer,
 )
+from knowledge.chunking import chunk_text
 from knowledge.llm import LLMError, Usage
 from knowledge.models import LLMCacheEntry
-from knowledge.retrieval import retrieve
+from knowledge.parsing import html_to_text
+from knowledge.retrieval import ChunkRow, RetrievalResult, nlp_keywords, retrieve
+from knowledge.retrieval.context import build_citations
+from tests.knowledge.documents import HTML_PAGE, MARKDOWN_GUIDE, PDF_TEXT
 from tests.knowledge.team_graph import ask, build_team_graph
+from tests.knowledge.test_sentences import readable
 
 HISTORY = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n}"} for n in range(8)]
 
@@ -172,3 +180,165 @@ async def _ask(workspace, mode):
 
 def _collect_sync(stream) -> list[str]:
     return async_to_sync(collect)(stream)
+
+
+# ---------------------------------------------------------------------------------------
+# Extractive answers and cited sentences on real-looking documents
+
+DOCUMENTS = {
+    "frobnicator.md": MARKDOWN_GUIDE,
+    "Debian package management": html_to_text(HTML_PAGE),
+    "lightrag.pdf": PDF_TEXT,
+}
+QUESTIONS = [
+    "Who developed LightRAG?",
+    "How does dpkg differ from apt?",
+    "What does the installer do?",
+    "Where is the Frobnicator configuration stored?",
+    "What is Debian?",
+    "How does LightRAG extract entities?",
+    "Which command removes a package?",
+]
+
+
+def sources_for(question: str, *, chunk_tokens: int = 200) -> RetrievalResult:
+    """Every chunk of the documents as a source row, with offsets as ingestion stores them."""
+    rows = []
+    for document_id, (title, text) in enumerate(DOCUMENTS.items(), 1):
+        for span in chunk_text(text, size=chunk_tokens, overlap=20):
+            rows.append(
+                ChunkRow(
+                    id=f"S{len(rows) + 1}",
+                    chunk_id=len(rows) + 1,
+                    document_id=document_id,
+                    document_title=title,
+                    text=span.text,
+                    token_count=span.token_count,
+                    char_start=span.char_start,
+                    char_end=span.char_end,
+                    support=0,
+                    found_by="vector",
+                )
+            )
+    result = RetrievalResult(mode="naive", question=question, keywords=nlp_keywords(question), chunks=rows)
+    result.citations = build_citations(result, [])
+    return result
+
+
+def answer_lines(answer: str) -> list[str]:
+    assert answer.startswith(EXTRACTIVE_LABEL)
+    return answer.removeprefix(EXTRACTIVE_LABEL).strip().splitlines()
+
+
+def document_text(result: RetrievalResult, row_id: str) -> str:
+    row = next(row for row in result.chunks if row.id == row_id)
+    return list(DOCUMENTS.values())[row.document_id - 1]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_extractive_answers_contain_no_markdown_structure_or_duplicates(question):
+    result = sources_for(question)
+
+    answer = extractive_answer(question, result)
+
+    blocks = {token.type for token in MarkdownIt("commonmark").enable("table").parse(answer) if token.block}
+    assert blocks <= {"paragraph_open", "paragraph_close", "inline", "bullet_list_open", "bullet_list_close"} | {
+        "list_item_open",
+        "list_item_close",
+    }
+    lines = answer_lines(answer)
+    assert 1 <= len(lines) <= 8
+    said = [re.sub(r" \[S\d+\]$", "", line.removeprefix("- ")) for line in lines]
+    assert len(set(said)) == len(said)
+    for line, text in zip(lines, said, strict=True):
+        assert re.fullmatch(r"- [A-Z0-9`].*[.!?`)] \[S\d+\]", line), line
+        assert not re.search(r"^#|\n|\|| - |^\d+\.", text), text
+        row_id = line.rsplit("[", 1)[1].rstrip("]")
+        source = " ".join(re.sub(r"-\n(?=[a-z])", "", document_text(result, row_id)).split())
+        assert text in source
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "Who maintains Frobnicator and which format does its configuration use?",
+            ["maintained by Dana Whitfield", "The file uses the INI format"],
+        ),
+        (
+            "Where is package configuration stored and what does dpkg install?",
+            ["Package configuration is stored in /etc/apt", "The dpkg command installs a local package file"],
+        ),
+    ],
+)
+def test_a_two_part_question_gets_sentences_for_both_parts(question, parts):
+    lines = answer_lines(extractive_answer(question, sources_for(question)))
+
+    for part in parts:
+        assert any(part in line for line in lines), part
+
+
+def test_it_keeps_as_many_sentences_as_are_relevant():
+    one_fact = "What does the incremental update algorithm do?"
+    broad = "What is Debian?"
+
+    assert answer_lines(extractive_answer(one_fact, sources_for(one_fact))) == [
+        "- The incremental update algorithm processes new documents with the same graph-based indexing steps as "
+        "before, and then merges the new graph with the original one. [S7]"
+    ]
+    assert len(answer_lines(extractive_answer(broad, sources_for(broad)))) >= 3
+
+
+def test_a_sentence_that_begins_with_a_pronoun_comes_with_the_sentence_it_refers_to():
+    question = "Who maintains Frobnicator?"
+
+    lines = answer_lines(extractive_answer(question, sources_for(question)))
+
+    assert lines[0] == (
+        "- Frobnicator is a command-line tool for frobnicating large files. It was written by the Acme tools team "
+        "in 2019 and is maintained by Dana Whitfield. [S1]"
+    )
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_it_cites_the_exact_span_of_each_sentence_of_an_extractive_answer(question):
+    result = sources_for(question)
+    answer = extractive_answer(question, result)
+
+    citations = answer_citations(answer, result)
+
+    cited = [citation for citation in citations if citation["sentences"]]
+    assert {citation["id"] for citation in cited} == set(re.findall(r"\[(S\d+)\]", answer))
+    rows = {row.id: row for row in result.chunks}
+    for citation in cited:
+        text = document_text(result, citation["id"])
+        assert (citation["sentence"], citation["sentence_start"], citation["sentence_end"]) == tuple(
+            citation["sentences"][0].values()
+        )
+        for sentence in citation["sentences"]:
+            assert readable(text[sentence["start"] : sentence["end"]]) == sentence["text"]
+            assert (
+                rows[citation["id"]].char_start <= sentence["start"] < sentence["end"] <= rows[citation["id"]].char_end
+            )
+            assert f"{sentence['text']} [{citation['id']}]" in answer
+    assert all(citation["sentence"] is None for citation in citations if not citation["sentences"])
+
+
+def test_it_points_a_models_citation_at_the_sentence_that_supports_it():
+    result = sources_for("Where does Frobnicator keep its settings?")
+    row = next(row for row in result.chunks if "~/.frobrc" in row.text)
+    assert row.id != "S1"
+    # A marker inside the sentence, and one after its full stop.
+    answer = f"Frobnicator reads its settings from `~/.frobrc` [{row.id}]. Dana Whitfield maintains it. [S1]"
+
+    cited = {citation["id"]: citation for citation in answer_citations(answer, result)}
+
+    assert cited[row.id]["sentence"] == "Frobnicator reads its configuration from `~/.frobrc`."
+    assert cited["S1"]["sentence"] == (
+        "It was written by the Acme tools team in 2019 and is maintained by Dana Whitfield."
+    )
+    start, end = cited["S1"]["sentence_start"], cited["S1"]["sentence_end"]
+    assert readable(MARKDOWN_GUIDE[start:end]) == cited["S1"]["sentence"]
+    assert [citation["sentence"] for row_id, citation in cited.items() if row_id not in {"S1", row.id}] == [None] * (
+        len(cited) - 2
+    )

@@ -106,11 +106,20 @@ async def test_it_streams_ndjson_events(graph, token, model):
     tokens = [event["text"] for event in events[1:-1]]
     assert {event["type"] for event in events[1:-1]} == {"token"}
     assert len(tokens) > 1
-    assert events[-1] == {
+    done = events[-1]
+    assert done == {
         "type": "done",
         "answer": "Bob works with Carol [R1]; they met Alice [S2].",
-        "usage": events[-1]["usage"],
+        "citations": done["citations"],
+        "usage": done["usage"],
     }
+    cited = {citation["id"]: citation for citation in done["citations"]}
+    # R1 has no source chunk; S2 is cited for "they met Alice"; S1 is not cited.
+    assert [cited[row_id]["sentence"] for row_id in ("R1", "S2", "S1")] == [
+        None,
+        "Alice, Bob and Carol met Dave.",
+        None,
+    ]
     assert "".join(tokens) == events[-1]["answer"]
     await _disconnect()
 

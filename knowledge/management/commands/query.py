@@ -62,6 +62,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         retrieval, done = async_to_sync(self._ask)(found, request, echo=not as_json and not request.context_only)
         result = retrieval.result
+        result.citations = done.citations
         if as_json:
             payload = {
                 "answer": done.answer,
@@ -80,7 +81,10 @@ class Command(BaseCommand):
             self.stdout.write("\nSources:")
         for citation in sources:
             where = "no source text"
-            if citation["chunk_id"]:
+            if citation["sentence"]:
+                start, end = citation["sentence_start"], citation["sentence_end"]
+                where = f"{citation['document_title']}, characters {start}-{end}: {citation['sentence']}"
+            elif citation["chunk_id"]:
                 where = f"{citation['document_title']}, characters {citation['char_start']}-{citation['char_end']}"
             label = "" if citation["kind"] == "source" else f"{citation['label']}: "
             self.stdout.write(f"  [{citation['id']}] {label}{where}")
