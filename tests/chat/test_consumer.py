@@ -125,6 +125,14 @@ async def test_it_continues_a_conversation_with_its_history(handbook_workspace, 
     assert "Who wrote the first algorithm for the Analytical Engine?" in contents
     assert ANSWER in contents
     assert await database_sync_to_async(Message.objects.filter(conversation_id=conversation).count)() == 4
+    # The follow-up's keywords were found with the turn it points back to; a new topic's are not.
+    third = await ask(communicator, question="Who was Charles Babbage?", conversation=conversation)
+    assert third[-1]["type"] == "done"
+    keyword_requests = [request for request in chat_model.chat_requests() if not request.body.get("stream")]
+    assert [
+        "Who wrote the first algorithm for the Analytical Engine?" in request.last_user_message
+        for request in keyword_requests
+    ] == [True, True, False]
     await communicator.disconnect()
 
 
