@@ -31,9 +31,9 @@ NO_MODEL_BYPASS_ANSWER = (
     "Bypass mode sends the question to the language model without retrieval, and no language model is "
     "configured. Choose another mode to get an extractive answer from the documents."
 )
-# An extractive answer keeps the sentences covering at least this share of (a part of) the
-# question's term weight, at most EXTRACTIVE_MAX_SENTENCES of them (README, "Answers", says
-# how they were chosen).
+# An extractive answer keeps the sentences whose relevance reaches both this floor and this
+# share of the best sentence's, at most EXTRACTIVE_MAX_SENTENCES of them (README, "Extractive
+# answers", says how they were chosen).
 EXTRACTIVE_MIN_RELEVANCE = 0.35
 EXTRACTIVE_RELATIVE_RELEVANCE = 0.65
 EXTRACTIVE_MAX_SENTENCES = 8
@@ -213,11 +213,12 @@ def _near_duplicate(candidate: _Candidate, chosen: Sequence[_Candidate]) -> bool
 def extractive_answer(question: str, result: RetrievalResult, response_type: str = DEFAULT_RESPONSE_TYPE) -> str:
     """The sources' sentences that answer the question, best first, each with its [S#].
 
-    A sentence's relevance to a part of the question is the share of that part's term weight
-    it covers; a term weighs its inverse document frequency over the candidate sentences (the
-    words that tell sentences apart count most), twice over for a name. Kept: for a compound
-    question first the best sentence of each part, then every sentence whose relevance to some
-    part reaches EXTRACTIVE_MIN_RELEVANCE, best first, at most EXTRACTIVE_MAX_SENTENCES."""
+    A term weighs its inverse document frequency over the candidate sentences (the words that
+    tell sentences apart count most). A sentence's relevance to a part of the question is the
+    mean of the shares it covers of the part's subjects (low-level keyword terms; one its
+    passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of the rest. Kept: for a compound
+    question first the best sentence of each part, then every sentence above the floor, best
+    first, each once, at most EXTRACTIVE_MAX_SENTENCES."""
     candidates = _candidates(result)
     parts = _question_parts(question, result.keywords)
     wanted = set().union(*parts)
@@ -261,7 +262,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         if candidate.sentence in shown:
             continue
         lead = candidate.read.lead if candidate.read.lead not in shown else None
-        shown |= {candidate.sentence, lead}
+        shown |= {candidate.sentence, lead} - {None}
         # The citation marks the sentence that answers; the one before it is there to be read with it.
         lines.append(" ".join(filter(None, [lead and lead.text, candidate.sentence.text, f"[{candidate.row.id}]"])))
     if "paragraph" in response_type.casefold() and "single" in response_type.casefold():
