@@ -37,6 +37,9 @@ NO_MODEL_BYPASS_ANSWER = (
 EXTRACTIVE_MIN_RELEVANCE = 0.35
 EXTRACTIVE_RELATIVE_RELEVANCE = 0.65
 EXTRACTIVE_MAX_SENTENCES = 8
+# How much of a sentence's relevance is covering the question's subjects (the rest is covering
+# what it asks about them).
+EXTRACTIVE_SUBJECT_SHARE = 0.6
 # A subject the passage names counts this much for a sentence of it that does not.
 EXTRACTIVE_PASSAGE_CREDIT = 0.5
 # Two sentences sharing this share of their terms say the same thing; the answer keeps one.
@@ -214,9 +217,10 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     """The sources' sentences that answer the question, best first, each with its [S#].
 
     A term weighs its inverse document frequency over the candidate sentences (the words that
-    tell sentences apart count most). A sentence's relevance to a part of the question is the
-    mean of the shares it covers of the part's subjects (low-level keyword terms; one its
-    passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of the rest. Kept: for a compound
+    tell sentences apart count most). A sentence's relevance to a part of the question mixes
+    the shares it covers of the part's subjects (low-level keyword terms, weighing
+    EXTRACTIVE_SUBJECT_SHARE; one its passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of
+    the rest. Kept: for a compound
     question first the best sentence of each part, then every sentence above the floor, best
     first, each once, at most EXTRACTIVE_MAX_SENTENCES."""
     candidates = _candidates(result)
@@ -232,8 +236,16 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         return (covered + EXTRACTIVE_PASSAGE_CREDIT * implied) / sum(weight.get(term, 0.0) for term in terms)
 
     def relevance(candidate: _Candidate, part: set[str]) -> float:
-        groups = [group for group in (part & subjects, part - subjects) if any(weight.get(t) for t in group)]
-        return sum(coverage(candidate, group) for group in groups) / len(groups) if groups else 0.0
+        groups = [
+            (share, group)
+            for share, group in (
+                (EXTRACTIVE_SUBJECT_SHARE, part & subjects),
+                (1 - EXTRACTIVE_SUBJECT_SHARE, part - subjects),
+            )
+            if any(weight.get(term) for term in group)
+        ]
+        total = sum(share for share, _ in groups)
+        return sum(share * coverage(candidate, group) for share, group in groups) / total if groups else 0.0
 
     for candidate in candidates:
         candidate.relevance = max((relevance(candidate, part) for part in parts), default=0.0)
