@@ -171,12 +171,15 @@ class _Candidate:
         return self.read.sentence
 
 
-def _question_parts(question: str, keywords: Keywords) -> list[set[str]]:
+def _question_parts(question: str, keywords: Keywords, earlier: Sequence[str] = ()) -> list[set[str]]:
     """The terms of each question a compound question asks. A part that refers back ("where
     is it based?") also gets the names asked about before it, and every part gets the keyword
-    terms the question itself lacks (what a follow-up's "it" stands for)."""
+    terms the question itself lacks (what a follow-up's "it" stands for), or without keywords
+    the terms of the `earlier` questions a follow-up was retrieved with."""
     asked = _terms(question)
-    referred = {term for keyword in [*keywords.low_level, *keywords.high_level] for term in _terms(keyword)} - asked
+    # Without keywords (naive mode) a follow-up's referent is in the questions it was retrieved with.
+    given = [*keywords.low_level, *keywords.high_level] or earlier
+    referred = {term for keyword in given for term in _terms(keyword)} - asked
     parts, names = [], set()
     for text in _QUESTION_PART.split(question):
         terms = _terms(text)
@@ -224,7 +227,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     question first the best sentence of each part, then every sentence above the floor, best
     first, each once, at most EXTRACTIVE_MAX_SENTENCES."""
     candidates = _candidates(result)
-    parts = _question_parts(question, result.keywords)
+    parts = _question_parts(question, result.keywords, result.referred)
     wanted = set().union(*parts)
     frequency = Counter(term for candidate in candidates for term in candidate.read.about & wanted)
     weight = {term: math.log(1 + len(candidates) / count) for term, count in frequency.items()}

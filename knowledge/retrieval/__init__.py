@@ -179,6 +179,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     mode, question = result.mode, result.question
     # Earlier turns shape the search only when the question points back to them.
     referred = referred_turns(question, history)
+    result.referred = tuple(turn["content"] for turn in referred if turn["role"] == "user")
     if mode != "naive":
         if keywords is None:
             result.keywords = extract_keywords(question=question, history=referred, usage=usage)

@@ -89,6 +89,9 @@ class RetrievalResult:
     citations: list[dict] = field(default_factory=list)
     context: str = ""
     stats: dict = field(default_factory=dict)
+    # The earlier questions a follow-up was retrieved with (retrieval.history); none for a
+    # question that stands on its own.
+    referred: tuple[str, ...] = ()
 
     def to_json(self, *, include_context: bool = False) -> dict:
         data = {
@@ -100,6 +103,7 @@ class RetrievalResult:
             "citations": self.citations,
             "subgraph": self.subgraph,
             "stats": self.stats,
+            "referred": list(self.referred),
         }
         if include_context:
             data["context"] = self.context
