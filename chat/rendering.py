@@ -7,8 +7,11 @@ citation links), so the page does not change when the server's HTML replaces it.
 """
 
 import re
+from urllib.parse import urlencode
 
 import nh3
+from django.template.loader import render_to_string
+from django.urls import reverse
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
@@ -98,3 +101,58 @@ def render_answer(text: str) -> str:
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
     )
+
+
+def cited_ids(content: str, cited: list | None = None) -> list[str]:
+    """The context rows an answer cites, in the order it first cites them.
+
+    `cited` is the answer's own list when the answer service recorded one (row ids, or dicts
+    with `id` and the cited sentence); otherwise the `[S2]`-style markers in the text decide.
+    """
+    if cited:
+        ids = [item.get("id") or item.get("row") if isinstance(item, dict) else item for item in cited]
+    else:
+        ids = [found for match in CITATION_RE.finditer(content) for found in _CITATION_ID_RE.findall(match.group(1))]
+    return list(dict.fromkeys(str(row_id) for row_id in ids if row_id))
+
+
+def citation_href(citation: dict, *, workspace_slug: str) -> str:
+    """The cited passage inside its document: the chunk shaded and, when known, the sentence marked."""
+    if not citation.get("document_id") or not citation.get("chunk_id"):
+        return ""
+    query = {"chunk": int(citation["chunk_id"])}
+    if isinstance(citation.get("sentence_start"), int) and isinstance(citation.get("sentence_end"), int):
+        query.update(start=citation["sentence_start"], end=citation["sentence_end"])
+    url = reverse("knowledge:document", args=[workspace_slug, int(citation["document_id"])])
+    return f"{url}?{urlencode(query)}#chunk-{int(citation['chunk_id'])}"
+
+
+def cited_citations(message, *, workspace_slug: str) -> list[dict]:
+    """The citations an answer cites, sources first, each with its link and where it is
+    (section, page) when the citation says so."""
+    cited = getattr(message, "cited", None) or []
+    said = {str(item.get("id") or item.get("row")): item for item in cited if isinstance(item, dict)}
+    by_id = {str(citation.get("id")): citation for citation in message.citations or []}
+    rows = []
+    for row_id in cited_ids(message.content, cited):
+        if row_id not in by_id:
+            continue
+        citation = {**by_id[row_id], **{key: value for key, value in said.get(row_id, {}).items() if value}}
+        citation["href"] = citation_href(citation, workspace_slug=workspace_slug)
+        citation["where"] = " · ".join(part for part in (citation.get("section"), citation.get("location")) if part)
+        rows.append(citation)
+    return sorted(rows, key=lambda citation: citation.get("kind") != "source")
+
+
+def prepare_message(message, *, workspace):
+    """What chat/_message.html needs of an answer: its HTML and the sources it cites."""
+    if message.role == "assistant":
+        message.html = render_answer(message.content)
+        message.cited_sources = cited_citations(message, workspace_slug=workspace.slug)
+    return message
+
+
+def render_message(message, *, workspace) -> str:
+    """One message as a reloaded conversation draws it, for the `done` event of a streamed answer."""
+    message = prepare_message(message, workspace=workspace)
+    return render_to_string("chat/_message.html", {"message": message, "workspace": workspace})
