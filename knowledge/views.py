@@ -1,4 +1,5 @@
 import logging
+import re
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 ENTITIES_PER_PAGE = 50
 DOCUMENTS_PER_PAGE = 100
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 GRAPH_DEFAULT_NODES = 300
 GRAPH_MAX_NODES = 2000
 
@@ -142,7 +144,9 @@ def _upload_one(request, workspace, *, filename: str, **content) -> dict:
 def _upload_name(path: str, uploaded) -> str:
     """The file's path inside the folder it was dropped from, when the page sent one (browsers
     give a multipart file its base name only), else its name."""
-    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    parts = [
+        part for part in _CONTROL_CHARS.sub("?", path).replace("\\", "/").split("/") if part not in ("", ".", "..")
+    ]
     return "/".join(parts)[:300] if parts else uploaded.name
 
 
@@ -159,7 +163,9 @@ def _upload_results(request, workspace, form) -> list[dict]:
         if uploaded.size > limit:
             results.append(_too_large(name, limit))
         else:
-            results.append(_upload_one(request, workspace, filename=name, data=uploaded.read()))
+            # A file from a folder is titled by its path there; ingestion keeps only its own name.
+            title = name if "/" in name else None
+            results.append(_upload_one(request, workspace, filename=name, data=uploaded.read(), title=title))
     text = form.cleaned_data["text"]
     if text.strip():
         title = form.cleaned_data["title"].strip() or None

@@ -156,6 +156,6 @@ def test_an_upload_keeps_its_source_file_and_is_queued_after_commit(
     with django_capture_on_commit_callbacks(execute=True):
         document = ingestion.document_create(workspace=workspace, filename="notes.txt", data=b"Hello team.")
 
-    assert document.title == "notes"
+    assert document.title == "notes.txt"
     assert document.source_file.read() == b"Hello team."
     assert queued == ["knowledge.tasks.ingest_next"]
