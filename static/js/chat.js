@@ -673,9 +673,9 @@
     return cy;
   }
 
-  // The nodes worth drawing first: entities the answer cites, the ends of relations it cites,
-  // the retrieved entities of the passages it cites, then the other retrieved entities in
-  // retrieval order (best-ranked first), then the rest (endpoints, by degree).
+  // The nodes worth drawing first: entities the answer cites and the ends of relations it cites
+  // (these two get the ring), the retrieved entities of the passages it cites, then the other
+  // retrieved entities in retrieval order (best-ranked first), then the rest (endpoints, by degree).
   function nodeOrder(subgraph, citations, cited) {
     const nodes = subgraph.nodes || [];
     const edges = subgraph.edges || [];
@@ -692,8 +692,8 @@
     };
     for (const node of nodes) if (node.row && citedSet.has(node.row)) add(node.id, true);
     for (const edge of edges) if (edge.row && citedSet.has(edge.row)) [edge.source, edge.target].forEach((id) => add(id, true));
-    for (const node of nodes) if (fromCitedChunk(node.row)) add(node.id, true);
-    for (const edge of edges) if (fromCitedChunk(edge.row)) [edge.source, edge.target].forEach((id) => add(id, true));
+    for (const node of nodes) if (fromCitedChunk(node.row)) add(node.id, false);
+    for (const edge of edges) if (fromCitedChunk(edge.row)) [edge.source, edge.target].forEach((id) => add(id, false));
     for (const node of nodes) if (node.row) add(node.id, false);
     for (const node of nodes) add(node.id, false);
     return order;
@@ -776,12 +776,13 @@
     readable();
   }
 
-  // Fitting a big graph can shrink labels below reading size; keep them readable and let the
-  // reader pan (or enlarge the panel) instead.
+  // Fitting a big graph can shrink labels below reading size; keep them readable, centred on
+  // what the answer cites, and let the reader pan (or enlarge the panel) for the rest.
   function readable() {
     if (cy.zoom() < READABLE_ZOOM) {
-      const centre = { x: cy.width() / 2, y: cy.height() / 2 };
-      cy.zoom({ level: READABLE_ZOOM, renderedPosition: centre });
+      const cited = cy.nodes(".cited");
+      cy.zoom(READABLE_ZOOM);
+      cy.center(cited.length ? cited : cy.nodes());
     }
   }
 
