@@ -101,12 +101,12 @@
 
   // fcose separates the clusters; its spectral "draft" pass alone is linear enough for
   // two thousand nodes, and the full pass is kept for graphs one can read node by node.
-  function runLayout(count) {
+  function runLayout(count, elements = null) {
     const options = count > LARGE
       ? { name: "fcose", quality: "draft", randomize: true, animate: false, packComponents: true, samplingType: true, sampleSize: 25 }
       : { name: "fcose", quality: "default", randomize: true, animate: false, nodeRepulsion: 9000, idealEdgeLength: 80, packComponents: true };
     const started = performance.now();
-    const layout = cy.layout(options);
+    const layout = (elements || cy.elements()).layout(options);
     layout.one("layoutstop", () => {
       Object.assign(stats, { layout: `fcose/${options.quality}`, layoutMs: Math.round(performance.now() - started), nodes: count });
       fitView();
@@ -116,7 +116,7 @@
 
   // A small graph fitted to the canvas would be drawn at four times its size.
   function fitView() {
-    cy.fit(undefined, 30);
+    cy.fit(cy.elements(":visible"), 30);
     if (cy.zoom() > 1.5) {
       cy.zoom(1.5);
       cy.center();
@@ -149,7 +149,11 @@
     });
     const shown = cy.nodes().not(".filtered").length;
     status.textContent = shown === cy.nodes().length ? summary : `${shown} of ${summary}`;
+    // What is left is laid out again, with the full pass once it is small enough to read.
+    clearTimeout(relayout);
+    relayout = setTimeout(() => runLayout(shown, cy.elements(":visible")), 300);
   }
+  let relayout = 0;
   minDegree.addEventListener("input", () => cy && applyFilters());
 
   // ---- Find: Enter highlights the matches and centres them -----------------------------------

@@ -2,6 +2,7 @@
 uploads, and a cited chunk opened inside its document."""
 
 import json
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -237,35 +238,37 @@ def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(team,
     assert page.url == graph_url
 
     # Filters: hide a type from the legend, or the nodes under a degree.
+    visible = "graphView.cy().nodes(':visible').map(node => node.data('label')).sort().join()"
     page.click("#graph-legend button[data-type=technology]")
-    assert page.evaluate("graphView.cy().nodes(':visible').length") == 2
+    page.wait_for_function(f"{visible} === 'Ada,Babbage'")
     page.click("#graph-legend button[data-type=technology]")
+    page.wait_for_function(f"{visible} === 'Ada,Babbage,Engine'")
     page.locator("#graph-min-degree").fill("2")
-    assert page.evaluate("graphView.cy().nodes(':visible').map(node => node.data('label'))") == ["Ada"]
+    page.wait_for_function(f"{visible} === 'Ada'")
     expect(page.locator("#graph-status")).to_have_text("1 of 3 entities, 2 relations.")
     assert errors == []
 
 
 @pytest.fixture
 def big_graph(team):
-    """Two thousand entities in forty clusters, with a few bridges between clusters."""
+    """Two thousand entities in forty clusters shaped like extracted graphs: in each, every entity
+    links to an earlier one, mostly to the first few (hubs), and sixty bridges join clusters."""
     workspace = team["workspace"]
     types = ["person", "organization", "location", "event", "concept", "technology"]
     entities = Entity.objects.bulk_create(
         Entity(workspace=workspace, name=f"Entity {n}", key=f"entity {n}", type=types[n % len(types)])
         for n in range(2000)
     )
+    clusters, rng = 40, random.Random(7)
     pairs = set()
-    for n, entity in enumerate(entities):
-        cluster = n // 50
-        for step in (1, 7):
-            other = entities[cluster * 50 + (n + step) % 50]
-            pairs.add(tuple(sorted((entity.pk, other.pk))))
-        if n % 50 == 0 and cluster:
-            pairs.add(tuple(sorted((entity.pk, entities[(cluster - 1) * 50].pk))))
-    Relation.objects.bulk_create(
-        Relation(workspace=workspace, source_id=a, target_id=b, weight=1.0) for a, b in sorted(pairs) if a != b
-    )
+    for n in range(clusters, len(entities)):
+        cluster, earlier = n % clusters, (n - n % clusters) // clusters
+        hub = cluster + clusters * int(rng.random() * rng.random() * earlier)
+        pairs.add(tuple(sorted((entities[n].pk, entities[hub].pk))))
+    for _ in range(60):
+        a, b = rng.sample(range(clusters), 2)
+        pairs.add(tuple(sorted((entities[a].pk, entities[b].pk))))
+    Relation.objects.bulk_create(Relation(workspace=workspace, source_id=a, target_id=b, weight=1.0) for a, b in pairs)
     return workspace
 
 
@@ -278,27 +281,47 @@ def test_the_graph_view_draws_two_thousand_nodes_with_the_fast_layout(big_graph,
     stats = page.evaluate("graphView.stats")
     assert stats["nodes"] == 2000
     assert stats["layout"] == "fcose/draft"
-    # Work done, not time: every node placed, and the clusters spread over the plane.
-    spread = page.evaluate(
-        """() => { const box = graphView.cy().nodes().boundingBox();
-                   const placed = graphView.cy().nodes().filter(n => Number.isFinite(n.position('x'))).length;
-                   return { placed, w: box.w, h: box.h }; }"""
+    # Work done, not time: every node placed, and each cluster together, apart from the others
+    # (the mean distance between clusters well above the mean distance inside one).
+    layout = page.evaluate(
+        """() => { const nodes = graphView.cy().nodes();
+                   const cluster = (n) => Number(n.data('label').split(' ')[1]) % 40;
+                   const placed = nodes.filter(n => Number.isFinite(n.position('x'))).length;
+                   let inside = 0, insideN = 0, across = 0, acrossN = 0;
+                   for (let i = 0; i < nodes.length; i += 7) for (let j = i + 1; j < nodes.length; j += 5) {
+                       const a = nodes[i].position(), b = nodes[j].position(), d = Math.hypot(a.x - b.x, a.y - b.y);
+                       if (cluster(nodes[i]) === cluster(nodes[j])) { inside += d; insideN += 1; }
+                       else { across += d; acrossN += 1; } }
+                   return { placed, separation: (across / acrossN) / (inside / insideN) }; }"""
     )
-    assert spread["placed"] == 2000
-    assert spread["w"] > 1000
-    assert spread["h"] > 1000
+    assert layout["placed"] == 2000
+    assert layout["separation"] > 2
     page.screenshot(path=str(ARTIFACTS / "graph-2000.png"))
-    # Measured with the browser's clock and reported, never asserted: frames while zooming.
-    frames = page.evaluate(
-        """() => new Promise(resolve => {
-            const cy = graphView.cy(); let frames = 0; const started = performance.now();
-            const tick = () => { frames += 1; if (performance.now() - started < 1000) requestAnimationFrame(tick); };
-            requestAnimationFrame(tick);
-            cy.animate({ zoom: cy.zoom() * 3, duration: 900 });
-            setTimeout(() => resolve({ frames, ms: Math.round(performance.now() - started) }), 1100);
-        })"""
+    # Measured with the browser's clock and reported, never asserted: frames drawn while the
+    # reader zooms in with the wheel.
+    page.evaluate(
+        """() => { window.frameCount = { frames: 0, started: performance.now() };
+                   const tick = () => { frameCount.frames += 1; frameCount.ms = performance.now() - frameCount.started;
+                                        if (frameCount.ms < 1500) requestAnimationFrame(tick); };
+                   requestAnimationFrame(tick); }"""
     )
-    (ARTIFACTS / "graph-2000.json").write_text(json.dumps({**stats, "zoom_animation": frames}, indent=2))
+    box = page.locator("#graph").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    for _ in range(10):
+        page.mouse.wheel(0, -120)
+        page.wait_for_timeout(100)
+    page.wait_for_function("frameCount.ms >= 1500")
+    frames = page.evaluate("({ frames: frameCount.frames, ms: Math.round(frameCount.ms) })")
+
+    # Thinned out by degree, what is left is laid out again with the full pass.
+    page.locator("#graph-min-degree").fill("3")
+    page.wait_for_function("graphView.stats.layout === 'fcose/default'", timeout=60_000)
+    shown = page.evaluate("graphView.cy().nodes(':visible').length")
+    assert 0 < shown <= 400
+    page.screenshot(path=str(ARTIFACTS / "graph-2000-degree-3.png"))
+    (ARTIFACTS / "graph-2000.json").write_text(
+        json.dumps({**stats, **layout, "wheel_zoom": frames, "shown_from_degree_3": shown}, indent=2)
+    )
 
 
 def test_a_cited_chunk_opens_highlighted_and_in_view(team, daphne_server, browser_page):
