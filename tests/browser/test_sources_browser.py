@@ -192,4 +192,6 @@ def test_the_pages_pass_axe_without_serious_violations(saved_answer, daphne_serv
         page.goto(f"{daphne_server}{path}")
         page.wait_for_load_state("networkidle")
         found[name] = axe_violations(page, name)
+        if name in ("entities", "entity"):
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
     assert found == {name: [] for name in pages}
