@@ -123,7 +123,7 @@ def test_it_merges_relations_provenance_and_names_into_the_survivor(ibm, workspa
     assert _pairs(workspace) == {("armonk", "ibm"): 8.0, ("ibm", "watson"): 6.0}
     survivor.refresh_from_db()
     sources = sorted(survivor.sources.values_list("chunk__document__title", "name"))
-    assert sources == [("one", "IBM"), ("three", "IBM"), ("two", "International Business Machines")]
+    assert sources == [("one.txt", "IBM"), ("three.txt", "IBM"), ("two.txt", "International Business Machines")]
     one = survivor.sources.get(chunk__document__title="one.txt")
     assert one.description == "IBM builds mainframes.\nI.B.M. runs research labs."
     assert "I.B.M. runs research labs." in survivor.description
