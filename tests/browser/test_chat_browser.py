@@ -182,10 +182,11 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
         assert response.value.status == 204
 
     saved(lambda: page.select_option("#ask-response-type", "Bullet Points"))
+    # A number is committed (and saved) when the field loses focus, as a reader tabs on.
     page.fill("#ask-top-k", "7")
-    saved(lambda: page.locator("#ask-top-k").dispatch_event("change"))
+    saved(lambda: page.press("#ask-top-k", "Tab"))
     page.fill("#ask-chunk-top-k", "3")
-    saved(lambda: page.locator("#ask-chunk-top-k").dispatch_event("change"))
+    saved(lambda: page.press("#ask-chunk-top-k", "Tab"))
     saved(lambda: page.select_option("#ask-mode", "local"))
     expect(page.locator("#chat-status")).to_have_text("Settings saved; they apply to your next questions.")
     page.reload()
