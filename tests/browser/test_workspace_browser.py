@@ -89,9 +89,17 @@ def test_the_document_list_updates_live_and_takes_in_new_documents(team, daphne_
     assert "processing" in page.text_content(f"#document-{document.pk}")
 
     # With the pipeline's stage and time left, the row says them.
-    staged = _row(document, stage="extracting", stage_done=5, stage_total=8, eta_seconds=150)
-    _publish_until(page, workspace, staged, f"#document-{document.pk}", "extracting 5/8")
-    expect(page.locator(f"#document-{document.pk} .stage")).to_have_text("extracting 5/8 · about 2 min left")
+    staged = _row(
+        document,
+        stage="extracting",
+        stage_label="Extracting",
+        stage_done=5,
+        stage_total=8,
+        eta_seconds=150,
+        eta_label="about 2 min left",
+    )
+    _publish_until(page, workspace, staged, f"#document-{document.pk}", "Extracting 5/8")
+    expect(page.locator(f"#document-{document.pk} .eta")).to_have_text("about 2 min left")
     assert page.locator(f"#document-{document.pk} progress").get_attribute("value") == "5"
 
     newcomer = _row(document, id=document.pk + 1000, title="Uploaded by a colleague", status="pending")
@@ -256,7 +264,7 @@ def big_graph(team):
     workspace = team["workspace"]
     types = ["person", "organization", "location", "event", "concept", "technology"]
     entities = Entity.objects.bulk_create(
-        Entity(workspace=workspace, name=f"Entity {n}", key=f"entity {n}", type=types[n % len(types)])
+        Entity(workspace=workspace, name=f"Entity {n}", key=f"entity {n}", type=types[n % len(types)], published=True)
         for n in range(2000)
     )
     clusters, rng = 40, random.Random(7)
@@ -268,7 +276,9 @@ def big_graph(team):
     for _ in range(60):
         a, b = rng.sample(range(clusters), 2)
         pairs.add(tuple(sorted((entities[a].pk, entities[b].pk))))
-    Relation.objects.bulk_create(Relation(workspace=workspace, source_id=a, target_id=b, weight=1.0) for a, b in pairs)
+    Relation.objects.bulk_create(
+        Relation(workspace=workspace, source_id=a, target_id=b, weight=1.0, published=True) for a, b in pairs
+    )
     return workspace
 
 
