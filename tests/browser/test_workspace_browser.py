@@ -183,13 +183,23 @@ def test_an_upload_takes_dropped_files_and_folders_with_progress_and_one_outcome
     page.screenshot(path=str(ARTIFACTS / "upload.png"))
 
     page.goto(f"{daphne_server}{reverse('knowledge:documents', args=['acme'])}")
-    titles = page.locator("#document-rows td:first-child").all_inner_texts()
+    titles = page.locator("#document-rows tr").evaluate_all("rows => rows.map(row => row.dataset.title)")
     assert {"handbook/guides/report.txt", "handbook/report.md", "report.txt"} <= set(titles)
     assert page.locator(".messages li").count() == 0
     assert [error for error in errors if "empty.txt" not in error] == []
 
 
-def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(team, daphne_server, browser_page):
+@pytest.fixture
+def processed_source(team):
+    """A processed document in which Ada is named: sources are served from processed documents only."""
+    notes = make_document(team["workspace"], title="Notes", text="Ada wrote the notes.")
+    chunk = make_chunk(notes, text="Ada wrote the notes.")
+    EntitySource.objects.create(entity=team["ada"], chunk=chunk, name="Ada", description="Ada, in the notes.")
+
+
+def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(
+    team, processed_source, daphne_server, browser_page
+):
     page = browser_page
     errors = console_errors(page)
     _log_in(page, daphne_server)
@@ -236,7 +246,7 @@ def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(team,
     panel = page.locator("#entity-panel")
     expect(panel).to_contain_text("Wrote the first published algorithm.")
     expect(panel).to_contain_text("Relations (2)")
-    expect(panel).to_contain_text("Report, chunk 1")
+    expect(panel).to_contain_text("Notes, chunk 1")
     assert page.url == graph_url
     page.screenshot(path=str(ARTIFACTS / "graph.png"))
 
