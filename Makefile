@@ -47,5 +47,7 @@ static/vendor/.installed: package.json package-lock.json
 	mkdir -p static/vendor
 	cp node_modules/htmx.org/dist/htmx.min.js node_modules/htmx-ext-ws/dist/ws.min.js \
 	   node_modules/cytoscape/dist/cytoscape.min.js node_modules/markdown-it/dist/markdown-it.min.js \
-	   node_modules/dompurify/dist/purify.min.js static/vendor/
+	   node_modules/dompurify/dist/purify.min.js node_modules/axe-core/axe.min.js \
+	   node_modules/layout-base/layout-base.js node_modules/cose-base/cose-base.js \
+	   node_modules/cytoscape-fcose/cytoscape-fcose.js static/vendor/
 	touch $@

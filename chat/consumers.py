@@ -20,7 +20,7 @@ from django.http import Http404
 
 from chat import selectors, services
 from chat.models import Conversation
-from chat.rendering import render_answer
+from chat.rendering import render_answer, render_message
 from knowledge.answer import answer_citations
 from knowledge.asking import (
     ASK_FIELDS,
@@ -209,6 +209,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "message": message.pk if message else None,
                 "html": render_answer(content),
                 "citations": citations,
+                # The message as a reload shows it (chat/_message.html), to replace the streamed one.
+                "message_html": (
+                    await database_sync_to_async(render_message)(message, workspace=turn.workspace) if message else ""
+                ),
                 "usage": asdict(usage),
                 "stopped": stopped,
                 "extractive": extractive,

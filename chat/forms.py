@@ -2,6 +2,9 @@ from dataclasses import dataclass
 
 from django import forms
 
+from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive
+from knowledge.asking import TOP_K_MAX
+from knowledge.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K
 from knowledge.retrieval import MODES as RETRIEVAL_MODES
 
 
@@ -22,6 +25,58 @@ EXPLANATIONS = {
 }
 # Retrieval owns the list of modes; a mode added there without an explanation here fails at import.
 MODES = [Mode(value, *EXPLANATIONS[value]) for value in RETRIEVAL_MODES]
+MODE_VALUES = [mode.value for mode in MODES]
+# Modes that answer nothing without a chat model: bypass sends the question to the model alone.
+MODES_NEEDING_A_MODEL = {"bypass": "Needs a chat model: set LLM_BASE_URL or LLM_API_KEY."}
+RESPONSE_TYPES = ["Multiple Paragraphs", "Single Paragraph", "Bullet Points", "Single Sentence"]
+
+
+def _count_field(name: str) -> forms.IntegerField:
+    message = f"{name} must be between 1 and {TOP_K_MAX}."
+    return forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=TOP_K_MAX,
+        error_messages={"min_value": message, "max_value": message, "invalid": message},
+    )
+
+
+class AnswerSettingsForm(forms.Form):
+    """How to answer: the mode, how much to retrieve and the form of the answer. Blank values take
+    the defaults; a mode that needs a chat model is refused when none is configured."""
+
+    mode = forms.ChoiceField(
+        choices=[(mode.value, mode.label) for mode in MODES],
+        required=False,
+        error_messages={"invalid_choice": f"Unknown mode; choose one of {', '.join(MODE_VALUES)}."},
+    )
+    top_k = _count_field("top_k")
+    chunk_top_k = _count_field("chunk_top_k")
+    response_type = forms.ChoiceField(
+        choices=[(value, value) for value in RESPONSE_TYPES],
+        required=False,
+        error_messages={"invalid_choice": f"Choose an answer form: {', '.join(RESPONSE_TYPES)}."},
+    )
+
+    def clean_mode(self) -> str:
+        mode = self.cleaned_data.get("mode") or DEFAULT_MODE
+        if mode in MODES_NEEDING_A_MODEL and answer_is_extractive():
+            raise forms.ValidationError(f"{EXPLANATIONS[mode][0]}: {MODES_NEEDING_A_MODEL[mode]}")
+        return mode
+
+    def clean_top_k(self) -> int:
+        return self.cleaned_data.get("top_k") or DEFAULT_TOP_K
+
+    def clean_chunk_top_k(self) -> int:
+        return self.cleaned_data.get("chunk_top_k") or DEFAULT_CHUNK_TOP_K
+
+    def clean_response_type(self) -> str:
+        return self.cleaned_data.get("response_type") or DEFAULT_RESPONSE_TYPE
+
+    def first_error(self) -> str:
+        for errors in self.errors.values():
+            return errors[0]
+        return ""
 
 
 class RenameForm(forms.Form):

@@ -50,3 +50,21 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:50]}"
+
+
+class ChatPreferences(models.Model):
+    """The chat settings a user last chose (mode, how much to retrieve, the answer's form), so
+    every conversation starts with them."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_preferences")
+    mode = models.CharField(max_length=10, default="mix")
+    top_k = models.PositiveIntegerField(default=40)
+    chunk_top_k = models.PositiveIntegerField(default=20)
+    response_type = models.CharField(max_length=40, default="Multiple Paragraphs")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "chat preferences"
+
+    def __str__(self) -> str:
+        return f"chat preferences of {self.user}"

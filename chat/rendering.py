@@ -7,8 +7,11 @@ citation links), so the page does not change when the server's HTML replaces it.
 """
 
 import re
+from urllib.parse import urlencode
 
 import nh3
+from django.template.loader import render_to_string
+from django.urls import reverse
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
@@ -98,3 +101,49 @@ def render_answer(text: str) -> str:
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
     )
+
+
+def cited_ids(content: str) -> list[str]:
+    """The context rows an answer cites (its `[S2]`-style markers), in the order it first cites them."""
+    ids = [found for match in CITATION_RE.finditer(content) for found in _CITATION_ID_RE.findall(match.group(1))]
+    return list(dict.fromkeys(ids))
+
+
+def citation_href(citation: dict, *, workspace_slug: str) -> str:
+    """The cited passage inside its document: the chunk shaded and, when known, the sentence marked."""
+    if not citation.get("document_id") or not citation.get("chunk_id"):
+        return ""
+    query = {"chunk": int(citation["chunk_id"])}
+    if isinstance(citation.get("sentence_start"), int) and isinstance(citation.get("sentence_end"), int):
+        query.update(start=citation["sentence_start"], end=citation["sentence_end"])
+    url = reverse("knowledge:document", args=[workspace_slug, int(citation["document_id"])])
+    return f"{url}?{urlencode(query)}#chunk-{int(citation['chunk_id'])}"
+
+
+def cited_citations(message, *, workspace_slug: str) -> list[dict]:
+    """The citations an answer cites, sources first, each with its link and where it is
+    (section, page) when the citation says so."""
+    by_id = {str(citation.get("id")): citation for citation in message.citations or []}
+    rows = []
+    for row_id in cited_ids(message.content):
+        if row_id not in by_id:
+            continue
+        citation = dict(by_id[row_id])
+        citation["href"] = citation_href(citation, workspace_slug=workspace_slug)
+        citation["where"] = " · ".join(part for part in (citation.get("section"), citation.get("location")) if part)
+        rows.append(citation)
+    return sorted(rows, key=lambda citation: citation.get("kind") != "source")
+
+
+def prepare_message(message, *, workspace):
+    """What chat/_message.html needs of an answer: its HTML and the sources it cites."""
+    if message.role == "assistant":
+        message.html = render_answer(message.content)
+        message.cited_sources = cited_citations(message, workspace_slug=workspace.slug)
+    return message
+
+
+def render_message(message, *, workspace) -> str:
+    """One message as a reloaded conversation draws it, for the `done` event of a streamed answer."""
+    message = prepare_message(message, workspace=workspace)
+    return render_to_string("chat/_message.html", {"message": message, "workspace": workspace})

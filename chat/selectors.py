@@ -3,7 +3,7 @@
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
-from chat.models import Conversation, Message
+from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Entity, Relation, Workspace
 from knowledge.selectors import entity_degrees
 
@@ -91,3 +91,8 @@ def entity_neighbours(*, workspace: Workspace, entity_id, limit: int = 30) -> di
         for relation in relations
     ]
     return {"nodes": nodes, "edges": edges}
+
+
+def chat_preferences_for(*, user) -> ChatPreferences:
+    """The user's saved chat settings, or the defaults (unsaved) for a user who never changed them."""
+    return ChatPreferences.objects.filter(user=user).first() or ChatPreferences(user=user)

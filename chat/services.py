@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from chat.models import Conversation, Message
+from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Workspace
 
 TITLE_MAX_CHARS = 80
@@ -75,3 +75,12 @@ def answer_record(
         subgraph=subgraph,
         usage=usage,
     )
+
+
+def chat_preferences_save(*, user, mode: str, top_k: int, chunk_top_k: int, response_type: str) -> ChatPreferences:
+    """Remember the user's chat settings for every conversation they start or continue."""
+    preferences, _ = ChatPreferences.objects.update_or_create(
+        user=user,
+        defaults={"mode": mode, "top_k": top_k, "chunk_top_k": chunk_top_k, "response_type": response_type},
+    )
+    return preferences

@@ -11,5 +11,6 @@ urlpatterns = [
     path("c/<int:conversation_id>/rename/", views.conversation_rename, name="rename"),
     path("c/<int:conversation_id>/share/", views.conversation_share, name="share"),
     path("c/<int:conversation_id>/delete/", views.conversation_delete, name="delete"),
+    path("preferences/", views.preferences_save, name="preferences"),
     path("graph/neighbours/", views.graph_neighbours, name="neighbours"),
 ]

@@ -5,11 +5,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat import selectors, services
-from chat.forms import MODES, RenameForm
+from chat.forms import MODES, MODES_NEEDING_A_MODEL, RESPONSE_TYPES, AnswerSettingsForm, RenameForm
 from chat.models import Message
-from chat.rendering import render_answer
+from chat.rendering import prepare_message
 from knowledge.answer import answer_is_extractive
-from knowledge.asking import QUESTION_MAX_CHARS
+from knowledge.asking import QUESTION_MAX_CHARS, TOP_K_MAX
 from knowledge.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
 
@@ -27,14 +27,23 @@ def chat_page(request, slug, conversation_id=None):
         )
         messages = selectors.conversation_messages(conversation=conversation)
     for message in messages:
-        if message.role == Message.Role.ASSISTANT:
-            message.html = render_answer(message.content)
+        prepare_message(message, workspace=workspace)
     answers = [
-        {"id": m.pk, "subgraph": m.subgraph, "citations": m.citations, "keywords": m.keywords}
+        {
+            "id": m.pk,
+            "subgraph": m.subgraph,
+            "citations": m.citations,
+            "keywords": m.keywords,
+            "content": m.content,
+        }
         for m in messages
         if m.role == Message.Role.ASSISTANT
     ]
     conversations = selectors.conversations_for_user(workspace=workspace, user=request.user)
+    extractive = answer_is_extractive()
+    preferences = selectors.chat_preferences_for(user=request.user)
+    if extractive and preferences.mode in MODES_NEEDING_A_MODEL:
+        preferences.mode = DEFAULT_MODE
     return render(
         request,
         "chat/chat.html",
@@ -44,17 +53,25 @@ def chat_page(request, slug, conversation_id=None):
             "chat_messages": messages,
             "answers": answers,
             "conversations": conversations[:SIDEBAR_CONVERSATIONS],
-            "modes": MODES,
-            "default_mode": DEFAULT_MODE,
+            "modes": [
+                {"mode": mode, "unavailable": MODES_NEEDING_A_MODEL.get(mode.value, "") if extractive else ""}
+                for mode in MODES
+            ],
+            "preferences": preferences,
+            "response_types": RESPONSE_TYPES,
+            "top_k_max": TOP_K_MAX,
             "question_max_chars": QUESTION_MAX_CHARS,
-            "extractive": answer_is_extractive(),
+            "extractive": extractive,
+            "blank_answer": Message(role=Message.Role.ASSISTANT, mode=preferences.mode, extractive=extractive),
+            "blank_question": Message(role=Message.Role.USER),
             "client_config": {
                 "socketPath": f"/ws/workspaces/{workspace.slug}/chat/",
                 "conversation": conversation.pk if conversation else None,
                 "conversationUrl": reverse("chat:conversation", args=[workspace.slug, 0]),
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
                 "documentUrl": reverse("knowledge:document", args=[workspace.slug, 0]),
-                "extractive": answer_is_extractive(),
+                "preferencesUrl": reverse("chat:preferences", args=[workspace.slug]),
+                "extractive": extractive,
             },
         },
     )
@@ -122,3 +139,16 @@ def graph_neighbours(request, slug):
     """The neighbourhood of one entity, for the graph panel's double-click."""
     workspace = workspace_for_user(request.user, slug)
     return JsonResponse(selectors.entity_neighbours(workspace=workspace, entity_id=request.GET.get("entity")))
+
+
+@login_required
+@require_POST
+def preferences_save(request, slug):
+    """Remember the chat settings the user just changed (the chat page posts them on change).
+    They are the user's, not the workspace's; the workspace only gates who may post."""
+    workspace_for_user(request.user, slug)
+    form = AnswerSettingsForm(request.POST)
+    if not form.is_valid():
+        return JsonResponse({"error": form.first_error()}, status=400)
+    services.chat_preferences_save(user=request.user, **form.cleaned_data)
+    return HttpResponse(status=204)

@@ -197,7 +197,23 @@ def entities_browse(
     return entities.order_by(*ENTITY_ORDERINGS.get(order, ENTITY_ORDERINGS["degree"])).defer("embedding")
 
 
-def entity_types_in(*, workspace: Workspace) -> list[str]:
+def documents_browse(*, workspace: Workspace, status: str = "", query: str = "") -> QuerySet[Document]:
+    """The workspace's documents for the document list, newest first, optionally of one status
+    and with a title or file name containing `query`."""
+    documents = workspace.documents.defer("text")
+    if status:
+        documents = documents.filter(status=status)
+    if query:
+        documents = documents.filter(Q(title__icontains=query) | Q(original_filename__icontains=query))
+    return documents
+
+
+def document_status_counts(*, workspace: Workspace) -> dict[str, int]:
+    return dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+
+
+def entity_type_counts(*, workspace: Workspace) -> list[tuple[str, int]]:
+    """The workspace's entity types with how many entities have each, most frequent first."""
     rows = (
         Entity.objects.filter(workspace=workspace, published=True)
         .exclude(type="")
@@ -205,7 +221,7 @@ def entity_types_in(*, workspace: Workspace) -> list[str]:
         .values("type")
         .annotate(n=Count("*"))
     )
-    return [row["type"] for row in rows.order_by("-n", "type")]
+    return [(row["type"], row["n"]) for row in rows.order_by("-n", "type")]
 
 
 def relations_of_entity(*, entity: Entity) -> list[Relation]:

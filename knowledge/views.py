@@ -1,4 +1,6 @@
 import logging
+import re
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -8,6 +10,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from knowledge import events, ingestion, llm, selectors, services
@@ -25,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 ENTITIES_PER_PAGE = 50
 DOCUMENTS_PER_PAGE = 100
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 GRAPH_DEFAULT_NODES = 300
 GRAPH_MAX_NODES = 2000
 
@@ -98,46 +102,105 @@ def workspace(request, slug):
 @require_GET
 def documents(request, slug):
     workspace = _workspace(request, slug)
-    page = Paginator(workspace.documents.defer("text"), DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
+    status = request.GET.get("status", "")
+    status = status if status in Document.Status.values else ""
+    query = request.GET.get("q", "").strip()
+    documents = selectors.documents_browse(workspace=workspace, status=status, query=query)
+    page = Paginator(documents, DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
     # Rendered from the same payload as live updates, so a row looks the same either way.
     rows = [events.document_payload(document, reference=events.workspace_pace(workspace.pk)) for document in page]
-    return render(request, "knowledge/documents.html", _context(workspace, page=page, rows=rows))
+    counts = selectors.document_status_counts(workspace=workspace)
+    context = _context(
+        workspace,
+        page=page,
+        rows=rows,
+        status=status,
+        query=query,
+        statuses=[(value, label, counts.get(value, 0)) for value, label in Document.Status.choices],
+        document_total=sum(counts.values()),
+        query_string=urlencode({"status": status, "q": query}),
+    )
+    return render(request, "knowledge/documents.html", context)
 
 
-def _upload_one(request, workspace, *, filename: str, **content) -> tuple[str, str]:
+def _upload_one(request, workspace, *, filename: str, **content) -> dict:
+    """One file's (or the pasted text's) outcome, as the page lists it and the JSON answer says it."""
     try:
         document = ingestion.document_create(workspace=workspace, user=request.user, filename=filename, **content)
     except ingestion.DocumentRejected as err:
-        return "error", str(err)  # names the file already
-    return "success", f"{filename}: queued as “{document.title}”."
+        return {"name": filename, "level": "error", "message": str(err)}  # names the file already
+    return {
+        "name": filename,
+        "level": "success",
+        "message": f"{filename}: queued as “{document.title}”.",
+        "document": {
+            "id": document.pk,
+            "title": document.title,
+            "url": reverse("knowledge:document", args=[workspace.slug, document.pk]),
+        },
+    }
+
+
+def _upload_name(path: str, uploaded) -> str:
+    """The file's path inside the folder it was dropped from, when the page sent one (browsers
+    give a multipart file its base name only), else its name."""
+    parts = [
+        part for part in _CONTROL_CHARS.sub("?", path).replace("\\", "/").split("/") if part not in ("", ".", "..")
+    ]
+    return "/".join(parts)[:300] if parts else uploaded.name
+
+
+def _too_large(name: str, limit: int) -> dict:
+    return {"name": name, "level": "error", "message": f"{name} is larger than the {limit // 2**20} MB upload limit."}
+
+
+def _upload_results(request, workspace, form) -> list[dict]:
+    limit, results = upload_limit_bytes(), []
+    paths = request.POST.getlist("path")
+    for index, uploaded in enumerate(form.cleaned_data["files"]):
+        name = _upload_name(paths[index] if index < len(paths) else "", uploaded)
+        # Checked before reading, so an oversized file is never parsed or stored.
+        if uploaded.size > limit:
+            results.append(_too_large(name, limit))
+        else:
+            # A file from a folder is titled by its path there; ingestion keeps only its own name.
+            title = name if "/" in name else None
+            results.append(_upload_one(request, workspace, filename=name, data=uploaded.read(), title=title))
+    text = form.cleaned_data["text"]
+    if text.strip():
+        title = form.cleaned_data["title"].strip() or None
+        name = title or "Pasted text"
+        if len(text.encode()) > limit:
+            results.append(_too_large(name, limit))
+        else:
+            results.append(_upload_one(request, workspace, filename=name, text=text, title=title))
+    return results
+
+
+def _wants_json(request) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def upload(request, slug):
+    """Files and pasted text. The page's script sends one file per request and reads the JSON
+    outcome (its progress bars need one request per file); without script the form posts
+    everything at once and the outcomes are listed once, on this page or on the document list."""
     workspace = _workspace(request, slug, Role.EDITOR)
     form = UploadForm(_posted(request), request.FILES if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        limit, results = upload_limit_bytes(), []
-        for uploaded in form.cleaned_data["files"]:
-            # Checked before reading, so an oversized file is never parsed or stored.
-            if uploaded.size > limit:
-                results.append(("error", f"{uploaded.name} is larger than the {limit // 2**20} MB upload limit."))
-            else:
-                results.append(_upload_one(request, workspace, filename=uploaded.name, data=uploaded.read()))
-        text = form.cleaned_data["text"]
-        if text.strip():
-            title = form.cleaned_data["title"].strip() or None
-            name = title or "Pasted text"
-            if len(text.encode()) > limit:
-                results.append(("error", f"{name} is larger than the {limit // 2**20} MB upload limit."))
-            else:
-                results.append(_upload_one(request, workspace, filename=name, text=text, title=title))
-        for level, message in results:
-            getattr(messages, level)(request, message)
-        if all(level == "success" for level, _ in results):
+        results = _upload_results(request, workspace, form)
+        if _wants_json(request):
+            return JsonResponse({"results": results})
+        if all(result["level"] == "success" for result in results):
+            for result in results:
+                messages.success(request, result["message"])
             return redirect("knowledge:documents", slug=workspace.slug)
         return render(request, "knowledge/upload.html", _context(workspace, form=UploadForm(), results=results))
+    if request.method == "POST" and _wants_json(request):
+        problems = " ".join(error for errors in form.errors.values() for error in errors)
+        return JsonResponse({"error": problems}, status=400)
     status = 400 if form.errors else 200
     return render(request, "knowledge/upload.html", _context(workspace, form=form), status=status)
 
@@ -155,13 +218,29 @@ def document(request, slug, pk):
     if request.GET.get("chunk", "").isdigit():
         chunk = document.chunks.defer("embedding").filter(pk=int(request.GET["chunk"])).first()
     text = document.text
+    context = _context(workspace, document=document, chunk=chunk, before=text)
     if chunk is not None:
-        parts = (text[: chunk.char_start], text[chunk.char_start : chunk.char_end], text[chunk.char_end :])
-    else:
-        parts = (text, "", "")
-    context = _context(workspace, document=document, chunk=chunk, before=parts[0], marked=parts[1], after=parts[2])
+        start, end = _sentence_span(request, chunk)
+        context.update(
+            before=text[: chunk.char_start],
+            chunk_head=text[chunk.char_start : start],
+            sentence=text[start:end],
+            chunk_tail=text[end : chunk.char_end],
+            after=text[chunk.char_end :],
+        )
     context["chunk_count"] = document.chunks.count()
     return render(request, "knowledge/document.html", context)
+
+
+def _sentence_span(request, chunk) -> tuple[int, int]:
+    """The cited sentence (`start`/`end`, document offsets) clipped to its chunk; an empty span
+    at the chunk's end when none is given or it lies outside."""
+    try:
+        start, end = int(request.GET["start"]), int(request.GET["end"])
+    except (KeyError, ValueError):
+        return chunk.char_end, chunk.char_end
+    start, end = max(start, chunk.char_start), min(end, chunk.char_end)
+    return (start, end) if start < end else (chunk.char_end, chunk.char_end)
 
 
 @login_required
@@ -227,7 +306,7 @@ def entities(request, slug):
         query=query,
         type=type_,
         order=order or "degree",
-        types=selectors.entity_types_in(workspace=workspace),
+        type_counts=selectors.entity_type_counts(workspace=workspace),
     )
     template = "knowledge/_entity_table.html" if request.htmx else "knowledge/entities.html"
     return render(request, template, context)
@@ -245,7 +324,9 @@ def entity(request, slug, pk):
         provenance=selectors.entity_provenance(entity=entity),
         aliases=entity.aliases.order_by("name"),
     )
-    return render(request, "knowledge/entity.html", context)
+    # The graph view shows an entity in its side panel without leaving the page.
+    template = "knowledge/_entity_panel.html" if request.htmx else "knowledge/entity.html"
+    return render(request, template, context)
 
 
 def _graph_limit(request) -> int:

@@ -28,13 +28,22 @@ def wake_workers(count: int = 1) -> None:
     transaction.on_commit(lambda: [current_app.send_task(INGEST_TASK) for _ in range(count)])
 
 
-def _title_for(filename: str, text: str, title: str | None, pasted: bool) -> str:
-    if title and title.strip():
-        return title.strip()[:300]
+def _title_for(workspace: Workspace, filename: str, text: str, title: str | None, pasted: bool) -> str:
+    """Pasted text: its title, or its first line. A file: its name with the extension, or the
+    path it had in a dropped folder (the upload passes that as `title`), so report.pdf and
+    report.docx, or two folders' index.md, stay apart; a title already in the workspace gets
+    " (2)", " (3)"."""
     if pasted:
+        if title and title.strip():
+            return title.strip()[:300]
         first_line = next((line.strip() for line in text.splitlines() if line.strip()), "Pasted text")
         return first_line[:80]
-    return (os.path.splitext(os.path.basename(filename))[0] or filename)[:300]
+    base = ((title or "").strip() or filename)[:290]
+    candidate, number = base, 1
+    while Document.objects.filter(workspace=workspace, title=candidate).exists():
+        number += 1
+        candidate = f"{base} ({number})"
+    return candidate
 
 
 def clean_filename(filename: str) -> str:
@@ -95,7 +104,7 @@ def document_create(
         raise DocumentRejected(f"{filename} has the same text as “{existing.title}”, already in this workspace.")
     document = Document(
         workspace=workspace,
-        title=_title_for(filename, content, title, pasted),
+        title=_title_for(workspace, filename, content, title, pasted),
         original_filename="" if pasted else filename,
         text=content,
         content_hash=content_hash,

@@ -79,6 +79,28 @@
 
   const renderMarkdown = (text) => clean(md.render(text));
 
+  // A whole message rendered by the server (chat/_message.html): the answer inside it was
+  // already cleaned by nh3; this pass keeps the page safe should that ever change.
+  const SAFE_MESSAGE_URL = /^(?:(?:https?|mailto):|#|\/(?!\/))/i;
+  function cleanMessage(html) {
+    return DOMPurify.sanitize(html, {
+      ALLOWED_TAGS: [...ALLOWED_TAGS, "article", "header", "footer", "span", "button", "div"],
+      ALLOWED_ATTR: [
+        "href", "title", "class", "data-cite", "start", "rel", "target", "type",
+        "data-message", "data-answer", "aria-label",
+      ],
+      ALLOWED_URI_REGEXP: SAFE_MESSAGE_URL,
+    });
+  }
+
+  // The rows an answer cites, in the order it first cites them (its [S2]-style markers); their
+  // citations carry the cited sentence once the answer is done.
+  function citedIds(sources) {
+    const ids = [];
+    for (const match of String(sources.content || "").matchAll(CITATION)) ids.push(...match[1].match(/[SER]\d+/g));
+    return [...new Set(ids)];
+  }
+
   // ---- The socket ----------------------------------------------------------------------
 
   let socket = null;
@@ -134,22 +156,82 @@
     history.replaceState(null, "", withId(config.conversationUrl, id));
   }
 
+  // ---- Settings: sent with every question, remembered for the user --------------------------
+
+  const settingFields = [modeSelect, $("ask-response-type"), $("ask-top-k"), $("ask-chunk-top-k")];
+  const csrfToken = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+
+  function currentSettings() {
+    return {
+      mode: modeSelect.value,
+      response_type: $("ask-response-type").value,
+      top_k: Number($("ask-top-k").value),
+      chunk_top_k: Number($("ask-chunk-top-k").value),
+    };
+  }
+
+  async function saveSettings() {
+    const invalid = settingFields.find((field) => !field.checkValidity());
+    if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
+    const body = new FormData();
+    for (const [name, value] of Object.entries(currentSettings())) body.append(name, value);
+    try {
+      const response = await fetch(config.preferencesUrl, {
+        method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken },
+      });
+      if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
+      setStatus("Settings saved; they apply to your next questions.");
+    } catch (error) {
+      setStatus(`Could not save the settings: ${error.message}`, true);
+    }
+  }
+
+  for (const field of settingFields) field.addEventListener("change", saveSettings);
+
+  function explainMode() {
+    const option = modeSelect.selectedOptions[0];
+    const off = [...modeSelect.options].filter((item) => item.disabled);
+    const notes = off.map((item) => `${item.textContent.replace(/ \(.*\)$/, "")} is off: ${item.dataset.unavailable}`);
+    $("mode-explanation").textContent = [option.dataset.explanation, ...notes].join(" ");
+  }
+  modeSelect.addEventListener("change", explainMode);
+
   // ---- Asking and streaming --------------------------------------------------------------
+
+  // Follow the answer down as it grows, unless the reader scrolled up to read something else.
+  let following = true;
+  const jumpButton = $("jump-latest");
+  const nearBottom = () => messages.scrollHeight - messages.scrollTop - messages.clientHeight < 48;
+  messages.addEventListener("scroll", () => {
+    following = nearBottom();
+    jumpButton.hidden = following;
+  });
+  function follow() {
+    if (following) messages.scrollTop = messages.scrollHeight;
+  }
+  jumpButton.addEventListener("click", () => {
+    following = true;
+    follow();
+  });
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     if (streaming) return;
     const question = questionBox.value.trim();
     if (!question) return setStatus("Type a question first.", true);
-    const ask = { type: "ask", question, mode: modeSelect.value };
+    const invalid = settingFields.find((field) => !field.checkValidity());
+    if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
+    const settings = currentSettings();
+    const ask = { type: "ask", question, ...settings };
     if (config.conversation) ask.conversation = config.conversation;
     if (!send(ask)) return;
     $("chat-empty")?.remove();
     messages.append(userMessage(question));
-    const article = assistantMessage(modeSelect.value);
+    const article = assistantMessage(settings.mode);
     messages.append(article);
     streaming = { article, body: article.querySelector(".answer-body"), text: "", question, frame: 0 };
-    article.scrollIntoView({ block: "end", behavior: "smooth" });
+    following = true;
+    follow();
     questionBox.value = "";
     setBusy(true);
     setStatus("Searching the knowledge graph…");
@@ -162,17 +244,17 @@
     }
   });
 
-  stopButton.addEventListener("click", () => {
-    if (streaming && send({ type: "cancel" })) setStatus("Stopping…");
-  });
+  stopButton.addEventListener("click", stop);
 
-  modeSelect.addEventListener("change", () => {
-    $("mode-explanation").textContent = modeSelect.selectedOptions[0].dataset.explanation;
-  });
+  function stop() {
+    if (streaming && send({ type: "cancel" })) setStatus("Stopping…");
+  }
 
   function onRetrieval(event) {
     if (!streaming) return;
-    streaming.sources = { subgraph: event.subgraph, citations: event.citations, keywords: event.keywords };
+    streaming.sources = {
+      subgraph: event.subgraph, citations: event.citations, keywords: event.keywords, content: "",
+    };
     showSources(streaming.sources, streaming.article);
     const total = event.timings && event.timings.total;
     setStatus(total ? `Sources found in ${Math.round(total)} ms; answering…` : "Answering…");
@@ -189,35 +271,47 @@
         if (!streaming) return;
         streaming.frame = 0;
         streaming.body.innerHTML = renderMarkdown(streaming.text);
+        follow();
       });
     }
   }
 
   function onDone(event) {
     if (!streaming) return;
-    const { article, body, sources } = streaming;
+    const { body, sources, text } = streaming;
+    let { article } = streaming;
     cancelAnimationFrame(streaming.frame);
     body.classList.remove("streaming");
-    body.innerHTML = clean(event.html);
-    // `done` brings the citations again, now with the sentences the answer cites.
-    if (sources && event.citations) {
-      sources.citations = event.citations;
-      if (activeArticle === article) renderCitations(sources.citations);
+    if (event.message && event.message_html) {
+      // The answer as a reload will show it: the same template, the cited sources under it.
+      const holder = document.createElement("template");
+      holder.innerHTML = cleanMessage(event.message_html);
+      const rendered = holder.content.querySelector("article");
+      if (rendered) {
+        article.replaceWith(rendered);
+        if (activeArticle === article) activeArticle = rendered;
+        article = rendered;
+      }
+    } else {
+      body.innerHTML = clean(event.html || "");
+      if (event.message) article.dataset.message = article.dataset.answer = event.message;
+      const meta = article.querySelector(".message-meta");
+      if (event.stopped) meta.insertBefore(badge("stopped", "badge-muted"), meta.querySelector(".message-tools"));
     }
-    if (event.message) {
-      article.dataset.message = article.dataset.answer = event.message;
-      if (sources) answers.set(String(event.message), sources);
+    if (event.message && sources) {
+      // `done` brings the citations again, now with the sentences the answer cites.
+      Object.assign(sources, { content: text, citations: event.citations || sources.citations });
+      answers.set(String(event.message), sources);
+      if (activeArticle === article || !activeArticle) showSources(sources, article, { keepGraph: true });
     }
-    const meta = article.querySelector(".message-meta");
-    if (event.extractive) meta.insertBefore(badge("extractive answer", "badge-warn"), meta.lastElementChild);
-    if (event.stopped) meta.insertBefore(badge("stopped", "badge-muted"), meta.lastElementChild);
     if (event.stopped && !event.message) {
-      body.replaceChildren(note("Stopped before the answer began; nothing was saved."));
+      article.querySelector(".answer-body").replaceChildren(note("Stopped before the answer began; nothing was saved."));
     }
     const usage = event.usage || {};
     const tokens = (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
     setStatus(event.stopped ? "Stopped." : tokens ? `Done · ${tokens} tokens.` : "Done.");
     endStream();
+    follow();
   }
 
   function onError(event) {
@@ -252,22 +346,20 @@
     statusLine.classList.toggle("error", isError);
   }
 
+  // Live messages are copies of the server's own template (chat/_message.html), so a reload
+  // shows them the same.
+  const fromTemplate = (id) => $(id).content.querySelector("article").cloneNode(true);
+
   function userMessage(question) {
-    const article = element("article", "message message-user");
-    article.append(element("div", "message-body", question));
+    const article = fromTemplate("question-template");
+    article.querySelector(".message-body").textContent = question;
     return article;
   }
 
   function assistantMessage(mode) {
-    const article = element("article", "message message-assistant");
-    const meta = element("header", "message-meta");
-    meta.append(badge(mode));
-    const show = element("button", "link show-sources", "Show sources");
-    show.type = "button";
-    meta.append(show);
-    const body = element("div", "message-body answer-body");
-    body.append(note("Searching…"));
-    article.append(meta, body);
+    const article = fromTemplate("answer-template");
+    article.querySelector(".badge-mode").textContent = mode;
+    article.querySelector(".answer-body").replaceChildren(note("Searching…"));
     return article;
   }
 
@@ -281,16 +373,69 @@
   const badge = (text, extra = "") => element("span", `badge ${extra}`.trim(), text);
   const note = (text, extra = "muted") => element("p", `note ${extra}`, text);
 
+  // ---- Copy, regenerate, shortcuts ---------------------------------------------------------
+
+  const latestAnswer = () => [...messages.querySelectorAll(".message-assistant")].pop();
+
+  function answerText(article) {
+    if (streaming && streaming.article === article) return streaming.text;
+    const saved = answers.get(article.dataset.answer || "");
+    return saved && saved.content ? saved.content : article.querySelector(".answer-body").innerText;
+  }
+
+  async function copyAnswer(article) {
+    if (!article) return;
+    try {
+      await navigator.clipboard.writeText(answerText(article));
+      setStatus("Answer copied to the clipboard.");
+    } catch (error) {
+      setStatus("The browser refused the clipboard; select the answer and copy it instead.", true);
+    }
+  }
+
+  function regenerate(article) {
+    if (!article || streaming) return;
+    let question = article.previousElementSibling;
+    while (question && !question.classList.contains("message-user")) question = question.previousElementSibling;
+    if (!question) return setStatus("There is no question before this answer to ask again.", true);
+    questionBox.value = question.querySelector(".message-body").textContent;
+    form.requestSubmit();
+  }
+
+  const typing = (target) => target.closest("input, textarea, select, [contenteditable=true]");
+
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      if (graphPanel.classList.contains("expanded")) return toggleEnlarged(false);
+      if (streaming) return stop();
+      return;
+    }
+    if (event.key === "/" && !typing(event.target) && !event.ctrlKey && !event.metaKey) {
+      event.preventDefault();
+      questionBox.focus();
+      return;
+    }
+    if (!event.altKey || event.ctrlKey || event.metaKey) return;
+    const actions = { KeyC: () => copyAnswer(latestAnswer()), KeyR: () => regenerate(latestAnswer()), KeyG: () => toggleEnlarged() };
+    if (actions[event.code]) {
+      event.preventDefault();
+      actions[event.code]();
+    }
+  });
+
   // ---- Sources: which answer the right-hand panels show ------------------------------------
 
   let activeArticle = null;
+  let activeSources = null;
 
-  function showSources(sources, article) {
+  function showSources(sources, article, { keepGraph = false } = {}) {
     activeArticle?.classList.remove("active");
     activeArticle = article;
     article?.classList.add("active");
-    renderCitations(sources.citations || []);
-    renderGraph(sources.subgraph || {}, sources.citations || []);
+    activeSources = sources;
+    const cited = citedIds(sources);
+    renderCitations(sources, cited);
+    renderGraph(sources.subgraph || {}, sources.citations || [], cited, { keepIfSame: keepGraph });
     const keywords = sources.keywords || {};
     const words = [...(keywords.low_level || keywords.low || []), ...(keywords.high_level || keywords.high || [])];
     $("keywords").textContent = words.length ? `keywords: ${words.join(", ")}` : "";
@@ -304,6 +449,8 @@
   messages.addEventListener("click", (event) => {
     const article = event.target.closest(".message-assistant");
     if (!article) return;
+    if (event.target.closest(".copy-answer")) return copyAnswer(article);
+    if (event.target.closest(".regenerate")) return regenerate(article);
     const cite = event.target.closest("a.cite");
     if (event.target.closest(".show-sources") || cite) {
       event.preventDefault();
@@ -317,95 +464,134 @@
   function focusCitation(id) {
     const row = document.getElementById(`cite-${id}`);
     if (!row) return setStatus(`The answer cites ${id}, which is not among its sources.`, true);
-    for (const other of citationsBody.querySelectorAll("tr.focused")) other.classList.remove("focused");
+    const folded = row.closest("details");
+    if (folded) folded.open = true;
+    for (const other of document.querySelectorAll("#citations-scroll .focused")) other.classList.remove("focused");
     row.classList.add("focused");
     row.scrollIntoView({ block: "center", behavior: "smooth" });
   }
 
-  // ---- Citations table -------------------------------------------------------------------
+  // ---- Citations: the cited sources first, everything else folded ---------------------------
 
-  // The document page highlights the chunk a citation points at (?chunk=<id>), and inside
-  // it the sentence the answer cites (&start=&end=, offsets into the document's text).
+  // The document page shades the chunk (?chunk=<id>) and marks the sentence (&start=&end=).
   function chunkHref(citation) {
     if (!citation.chunk_id || !citation.document_id) return null;
     const url = new URL(withId(config.documentUrl, citation.document_id), location.href);
     url.searchParams.set("chunk", Number(citation.chunk_id));
-    if (citation.sentence_start != null && citation.sentence_end != null) {
-      url.searchParams.set("start", Number(citation.sentence_start));
-      url.searchParams.set("end", Number(citation.sentence_end));
+    if (Number.isInteger(citation.sentence_start) && Number.isInteger(citation.sentence_end)) {
+      url.searchParams.set("start", citation.sentence_start);
+      url.searchParams.set("end", citation.sentence_end);
     }
     url.hash = `chunk-${Number(citation.chunk_id)}`;
     return url.href;
   }
 
-  function renderCitations(citations) {
-    citationsBody.replaceChildren();
-    for (const citation of citations) {
-      const row = element("tr", `kind-${String(citation.kind || "").toLowerCase()}`);
-      row.id = `cite-${citation.id}`;
-      row.dataset.cite = citation.id;
-      const href = chunkHref(citation);
-      const documentCell = element("td", "citation-document");
-      if (href) {
-        const link = element("a", "", citation.document_title || "document");
-        link.href = href;
-        link.target = "_blank";
-        link.rel = "noopener";
-        documentCell.append(link);
-        row.classList.add("openable");
-        row.title = "Open the passage in its document";
-      } else {
-        documentCell.textContent = citation.document_title || "";
-      }
-      row.append(
-        element("td", "citation-id", citation.id),
-        element("td", "citation-kind", citation.kind || ""),
-        documentCell,
-        excerptCell(citation.excerpt || ""),
-      );
-      citationsBody.append(row);
+  function documentLink(citation, text) {
+    const href = chunkHref(citation);
+    if (!href) return element("span", "citation-doc", text);
+    const link = element("a", "citation-doc", text);
+    link.href = href;
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.title = "Open the passage in its document";
+    return link;
+  }
+
+  const where = (citation) => [citation.section, citation.location].filter(Boolean).join(" · ");
+  const KIND_ORDER = { source: 0, entity: 1, relation: 2 };
+  const byKind = (a, b) => (KIND_ORDER[a.kind] ?? 3) - (KIND_ORDER[b.kind] ?? 3);
+
+  function citedItem(citation) {
+    const item = element("li", `cited-item kind-${String(citation.kind || "").toLowerCase()}`);
+    item.id = `cite-${citation.id}`;
+    item.dataset.cite = citation.id;
+    const head = element("div", "cited-head");
+    head.append(element("span", "citation-id", citation.id));
+    if (citation.kind === "source") {
+      head.append(documentLink(citation, citation.document_title || "document"));
+    } else {
+      head.append(element("span", "citation-label", citation.label || citation.id));
+      if (citation.document_title) head.append(documentLink(citation, citation.document_title));
     }
+    if (where(citation)) head.append(element("span", "citation-where", where(citation)));
+    item.append(head);
+    const sentence = citation.sentence || citation.excerpt || "";
+    if (sentence) item.append(element("blockquote", citation.sentence ? "citation-sentence" : "citation-excerpt", sentence));
+    return item;
+  }
+
+  function retrievedRow(citation) {
+    const row = element("tr", `kind-${String(citation.kind || "").toLowerCase()}`);
+    row.id = `cite-${citation.id}`;
+    row.dataset.cite = citation.id;
+    const documentCell = element("td", "citation-document");
+    documentCell.append(documentLink(citation, citation.document_title || ""));
+    if (where(citation)) documentCell.append(element("span", "citation-where", where(citation)));
+    const excerpt = element("td", "citation-excerpt");
+    if (citation.kind !== "source" && citation.label) excerpt.append(element("strong", "", `${citation.label}: `));
+    excerpt.append(element("span", "excerpt", citation.excerpt || ""));
+    excerpt.title = citation.excerpt || "";
+    row.append(element("td", "citation-id", citation.id), documentCell, excerpt);
+    return row;
+  }
+
+  function renderCitations(sources, cited) {
+    const citations = sources.citations || [];
+    const byId = new Map(citations.map((citation) => [citation.id, citation]));
+    const citedRows = cited
+      .filter((id) => byId.has(id))
+      .map((id) => byId.get(id))
+      .sort(byKind);
+    const citedSet = new Set(citedRows.map((citation) => citation.id));
+    const rest = citations.filter((citation) => !citedSet.has(citation.id)).sort(byKind);
+    $("cited").replaceChildren(...citedRows.map(citedItem));
+    citationsBody.replaceChildren(...rest.map(retrievedRow));
+    $("retrieved-count").textContent = String(rest.length);
+    const retrieved = $("retrieved");
+    retrieved.hidden = rest.length === 0;
+    // Nothing cited (yet): what was retrieved is all there is to show.
+    retrieved.open = citedRows.length === 0;
     $("citations-empty").hidden = citations.length > 0;
   }
 
-  function excerptCell(text) {
-    const cell = element("td", "citation-excerpt");
-    cell.append(element("div", "excerpt", text));
-    cell.title = text;
-    return cell;
-  }
-
-  citationsBody.addEventListener("click", (event) => {
-    const row = event.target.closest("tr");
+  const citationsScroll = $("citations-scroll");
+  citationsScroll.addEventListener("click", (event) => {
+    const row = event.target.closest("tr, li");
     const link = row && row.querySelector("a[href]");
-    if (link && event.target !== link) link.click();
+    if (link && !event.target.closest("a")) link.click();
+  });
+  citationsScroll.addEventListener("mouseover", (event) => {
+    const row = event.target.closest("[data-cite]");
+    if (row) highlightCitation(row.dataset.cite);
+  });
+  citationsScroll.addEventListener("mouseleave", () => highlightCitation(null));
+  messages.addEventListener("mouseover", (event) => {
+    const marker = event.target.closest("a.cite, .answer-sources li[data-cite]");
+    if (marker && marker.closest(".message-assistant") === activeArticle) highlightCitation(marker.dataset.cite);
+  });
+  messages.addEventListener("mouseout", (event) => {
+    if (event.target.closest("a.cite, .answer-sources li[data-cite]")) highlightCitation(null);
   });
 
   // ---- Subgraph panel ---------------------------------------------------------------------
 
-  const TYPE_COLOURS = {
-    person: "#2f6fdb", organization: "#c2410c", location: "#15803d", event: "#a21caf",
-    product: "#0e7490", technology: "#4338ca", concept: "#b45309", date: "#64748b",
-  };
-  const SPARE_COLOURS = ["#be123c", "#0f766e", "#7c3aed", "#65a30d", "#0369a1", "#9f1239", "#854d0e"];
-
-  function colourOf(type) {
-    const key = String(type || "unknown").toLowerCase();
-    if (TYPE_COLOURS[key]) return TYPE_COLOURS[key];
-    let hash = 0;
-    for (const char of key) hash = (hash * 31 + char.charCodeAt(0)) >>> 0;
-    return SPARE_COLOURS[hash % SPARE_COLOURS.length];
-  }
-
+  // About thirty nodes are what a panel this size shows with labels one can read.
+  const DEFAULT_NODES = 30;
+  const READABLE_ZOOM = 0.85;
+  const graphPanel = $("graph-panel");
+  const showAllButton = $("graph-show-all");
+  const enlargeButton = $("graph-enlarge");
+  const tooltip = $("graph-tooltip");
   let cy = null;
   let citationById = new Map();
-  const tooltip = $("graph-tooltip");
+  let drawn = { subgraph: { nodes: [], edges: [] }, cited: [], showAll: false, key: "" };
 
-  function nodeElement(node) {
-    const type = String(node.type || "unknown").toLowerCase();
+  function nodeElement(node, citedNodes) {
+    const type = EntityPalette.normalize(node.type) || "untyped";
     const rank = Number(node.rank) || 0;
     return {
       group: "nodes",
+      classes: citedNodes.has(String(node.id)) ? "cited" : "",
       data: {
         id: `n${node.id}`,
         entity: node.id,
@@ -413,8 +599,8 @@
         label: node.label || String(node.id),
         type,
         description: node.description || "",
-        colour: colourOf(type),
-        size: Math.round(14 + 4 * Math.sqrt(Math.min(rank, 36))),
+        colour: EntityPalette.colourOf(type),
+        size: Math.round(16 + 4 * Math.sqrt(Math.min(rank, 36))),
       },
     };
   }
@@ -445,38 +631,100 @@
         {
           selector: "node",
           style: {
-            "background-color": "data(colour)", label: "data(label)", "font-size": 10, color: "#1d2330",
-            "text-valign": "bottom", "text-margin-y": 3, width: "data(size)", height: "data(size)",
-            "text-wrap": "ellipsis", "text-max-width": 110,
+            "background-color": "data(colour)", label: "data(label)", "font-size": 12, color: "#1d2330",
+            "text-valign": "bottom", "text-margin-y": 4, width: "data(size)", height: "data(size)",
+            "text-wrap": "ellipsis", "text-max-width": 130, "text-outline-color": "#ffffff",
+            "text-outline-width": 2, "border-width": 1, "border-color": "#ffffff",
           },
         },
-        { selector: "edge", style: { width: "data(width)", "line-color": "#b8c0cc", "curve-style": "bezier", opacity: 0.85 } },
-        { selector: "node.picked", style: { "border-width": 3, "border-color": "#111827" } },
-        { selector: ".faded", style: { opacity: 0.25 } },
+        { selector: "edge", style: { width: "data(width)", "line-color": "#aab3c0", "curve-style": "bezier", opacity: 0.8 } },
+        { selector: "node.cited", style: { "border-width": 3, "border-color": "#1d2330", "font-weight": "bold" } },
+        { selector: "node.picked", style: { "border-width": 4, "border-color": "#111827" } },
+        { selector: "node.hovered", style: { "border-width": 4, "border-color": "#111827", "z-index": 10, "font-size": 14 } },
+        { selector: "edge.hovered", style: { "line-color": "#111827", opacity: 1 } },
+        { selector: ".faded", style: { opacity: 0.2 } },
         { selector: "node.fresh", style: { "border-width": 2, "border-style": "dashed", "border-color": "#111827" } },
       ],
     });
-    cy.on("mouseover", "node, edge", (event) => showTooltip(event));
-    cy.on("mouseout", "node, edge", () => (tooltip.hidden = true));
+    cy.on("mouseover", "node, edge", (event) => {
+      showTooltip(event);
+      if (event.target.isNode()) linkRows(event.target, "hover-linked");
+    });
+    cy.on("mouseout", "node, edge", () => {
+      tooltip.hidden = true;
+      clearRows("hover-linked");
+    });
     cy.on("tap", "node", (event) => pickNode(event.target));
     cy.on("tap", (event) => event.target === cy && clearPick());
     cy.on("dbltap", "node", (event) => loadNeighbours(event.target));
     return cy;
   }
 
-  function renderGraph(subgraph, citations) {
-    const graph = ensureGraph();
-    graph.elements().remove();
-    tooltip.hidden = true;
-    citationById = new Map(citations.map((citation) => [citation.id, citation]));
-    addElements(subgraph.nodes || [], subgraph.edges || []);
-    layout();
-    updateGraphSummary();
+  // The nodes worth drawing first: entities the answer cites and the ends of relations it cites
+  // (these two get the ring), the retrieved entities of the passages it cites, then the other
+  // retrieved entities in retrieval order (best-ranked first), then the rest (endpoints, by degree).
+  function nodeOrder(subgraph, citations, cited) {
+    const nodes = subgraph.nodes || [];
+    const edges = subgraph.edges || [];
+    const citedSet = new Set(cited);
+    const byRow = new Map(citations.map((citation) => [citation.id, citation]));
+    const citedChunks = new Set(
+      cited.map((id) => byRow.get(id)).filter((c) => c && c.kind === "source" && c.chunk_id).map((c) => c.chunk_id),
+    );
+    const fromCitedChunk = (row) => row && citedChunks.has(byRow.get(row)?.chunk_id);
+    const order = new Map();
+    const add = (id, isCited) => {
+      const key = String(id);
+      if (!order.has(key)) order.set(key, isCited);
+    };
+    for (const node of nodes) if (node.row && citedSet.has(node.row)) add(node.id, true);
+    for (const edge of edges) if (edge.row && citedSet.has(edge.row)) [edge.source, edge.target].forEach((id) => add(id, true));
+    for (const node of nodes) if (fromCitedChunk(node.row)) add(node.id, false);
+    for (const edge of edges) if (fromCitedChunk(edge.row)) [edge.source, edge.target].forEach((id) => add(id, false));
+    for (const node of nodes) if (node.row) add(node.id, false);
+    for (const node of nodes) add(node.id, false);
+    return order;
   }
 
-  function addElements(nodes, edges) {
+  function renderGraph(subgraph, citations, cited, { keepIfSame = false } = {}) {
+    const key = JSON.stringify([(subgraph.nodes || []).length, (subgraph.edges || []).length, cited]);
+    const sameAnswer = keepIfSame && drawn.subgraph === subgraph;
+    if (sameAnswer && drawn.key === key) return;
+    drawn = { subgraph, cited, showAll: sameAnswer ? drawn.showAll : false, key };
+    citationById = new Map(citations.map((citation) => [citation.id, citation]));
+    drawSubgraph();
+  }
+
+  function drawSubgraph() {
+    const graph = ensureGraph();
+    const { subgraph, cited, showAll } = drawn;
+    const order = nodeOrder(subgraph, [...citationById.values()], cited);
+    const limit = showAll ? Infinity : DEFAULT_NODES;
+    const chosen = new Set([...order.keys()].slice(0, limit));
+    const citedNodes = new Set([...order.entries()].filter(([, isCited]) => isCited).map(([id]) => id));
+    graph.elements().remove();
+    tooltip.hidden = true;
+    addElements(
+      (subgraph.nodes || []).filter((node) => chosen.has(String(node.id))),
+      subgraph.edges || [],
+      citedNodes,
+    );
+    layout();
+    const total = (subgraph.nodes || []).length;
+    showAllButton.hidden = total <= DEFAULT_NODES;
+    showAllButton.textContent = showAll ? `Show the top ${DEFAULT_NODES}` : `Show all ${total}`;
+    showAllButton.setAttribute("aria-pressed", String(showAll));
+    updateGraphSummary(total);
+  }
+
+  showAllButton.addEventListener("click", () => {
+    drawn.showAll = !drawn.showAll;
+    drawSubgraph();
+  });
+
+  function addElements(nodes, edges, citedNodes = new Set()) {
     const additions = [];
-    for (const node of nodes) if (!cy.getElementById(`n${node.id}`).length) additions.push(nodeElement(node));
+    for (const node of nodes) if (!cy.getElementById(`n${node.id}`).length) additions.push(nodeElement(node, citedNodes));
     const present = new Set([...cy.nodes().map((node) => node.id()), ...additions.map((node) => node.data.id)]);
     for (const edge of edges) {
       const element = edgeElement(edge);
@@ -496,30 +744,66 @@
     const high = Math.max(...weights);
     cy.edges().forEach((edge) => {
       const share = high > low ? (edge.data("weight") - low) / (high - low) : 0.5;
-      edge.data("width", 1 + share * 6);
+      edge.data("width", 1 + share * 5);
     });
   }
 
+  // fcose keeps labels apart (they count in the node sizes); long, slack edges between two
+  // hubs and short, stiff ones around each hub pull the clusters apart. benchmarks/layout.py
+  // measures it: clusters further apart than plain fcose, a little closer than cose, and no
+  // overlapping labels where cose leaves about twenty.
+  const bridge = (edge) => edge.source().degree() > 3 && edge.target().degree() > 3;
   function layout() {
-    cy.layout({ name: cy.nodes().length > 1 ? "cose" : "grid", animate: false, fit: true, padding: 24, nodeRepulsion: 9000 }).run();
+    const nodes = cy.nodes().length;
+    const options = nodes > 1
+      ? {
+        name: "fcose", quality: "proof", randomize: true, animate: false, fit: true, padding: 28,
+        nodeDimensionsIncludeLabels: true, nodeSeparation: 90, packComponents: true, tile: true,
+        idealEdgeLength: (edge) => (bridge(edge) ? 250 : 40),
+        edgeElasticity: (edge) => (bridge(edge) ? 0.05 : 0.6),
+        nodeRepulsion: 4500, gravity: 0.1,
+      }
+      : { name: "grid", fit: true, padding: 28 };
+    cy.layout(options).run();
+    readable();
   }
 
-  function updateLegend() {
-    const legend = $("graph-legend");
-    legend.replaceChildren();
-    const types = [...new Set(cy.nodes().map((node) => node.data("type")))].sort();
-    for (const type of types) {
-      const item = element("li", "", type);
-      const dot = element("span", "dot");
-      dot.style.background = colourOf(type);
-      item.prepend(dot);
-      legend.append(item);
+  // Fitting a big graph can shrink labels below reading size; keep them readable, centred on
+  // what the answer cites, and let the reader pan (or enlarge the panel) for the rest.
+  function readable() {
+    if (cy.zoom() < READABLE_ZOOM) {
+      const cited = cy.nodes(".cited");
+      cy.zoom(READABLE_ZOOM);
+      cy.center(cited.length ? cited : cy.nodes());
     }
   }
 
-  function updateGraphSummary() {
+  function toggleEnlarged(force) {
+    const expanded = force ?? !graphPanel.classList.contains("expanded");
+    graphPanel.classList.toggle("expanded", expanded);
+    document.body.classList.toggle("graph-enlarged", expanded);
+    enlargeButton.textContent = expanded ? "Close (Esc)" : "Enlarge";
+    enlargeButton.setAttribute("aria-pressed", String(expanded));
+    tooltip.hidden = true;
+    if (cy) {
+      cy.resize();
+      cy.fit(undefined, 40);
+      readable();
+    }
+    enlargeButton.focus();
+  }
+  enlargeButton.addEventListener("click", () => toggleEnlarged());
+
+  function updateLegend() {
+    const counts = new Map();
+    cy.nodes().forEach((node) => counts.set(node.data("type"), (counts.get(node.data("type")) || 0) + 1));
+    EntityPalette.renderLegend($("graph-legend"), counts);
+  }
+
+  function updateGraphSummary(total) {
     const nodes = cy.nodes().length;
-    $("graph-summary").textContent = nodes ? `${nodes} entities · ${cy.edges().length} relations` : "nothing retrieved";
+    const of = total > nodes ? ` of ${total}` : "";
+    $("graph-summary").textContent = nodes ? `${nodes}${of} entities · ${cy.edges().length} relations` : "nothing retrieved";
   }
 
   // A node's citations: its own entity row, the rows of the relations drawn at it, and the
@@ -533,24 +817,53 @@
     return ids;
   }
 
+  // The drawn nodes (and edges) a citation stands for: its entity, its relation with both
+  // ends, or for a passage every drawn row taken from that passage.
+  function elementsOf(id) {
+    const citation = citationById.get(id);
+    const chunk = citation && citation.kind === "source" ? citation.chunk_id : null;
+    const matches = (element) => {
+      const row = element.data("row");
+      return row && (row === id || (chunk && citationById.get(row)?.chunk_id === chunk));
+    };
+    const edges = cy.edges().filter(matches);
+    return cy.nodes().filter(matches).union(edges).union(edges.connectedNodes());
+  }
+
+  function highlightCitation(id) {
+    if (!cy) return;
+    cy.elements().removeClass("hovered");
+    if (id) elementsOf(id).addClass("hovered");
+  }
+
+  function linkRows(node, className) {
+    const ids = citationsOf(node);
+    let first = null;
+    for (const row of citationsScroll.querySelectorAll("[data-cite]")) {
+      const hit = ids.has(row.dataset.cite);
+      row.classList.toggle(className, hit);
+      if (hit && !first) first = row;
+    }
+    return { ids, first };
+  }
+
+  function clearRows(className) {
+    for (const row of citationsScroll.querySelectorAll(`.${className}`)) row.classList.remove(className);
+  }
+
   function pickNode(node) {
     clearPick();
     node.addClass("picked");
     cy.elements().not(node.closedNeighborhood()).addClass("faded");
-    const ids = citationsOf(node);
-    let first = null;
-    for (const row of citationsBody.rows) {
-      const hit = ids.has(row.dataset.cite);
-      row.classList.toggle("linked", hit);
-      if (hit && !first) first = row;
-    }
+    const { ids, first } = linkRows(node, "linked");
+    if (first?.closest("details")) first.closest("details").open = true;
     first?.scrollIntoView({ block: "nearest", behavior: "smooth" });
     setStatus(ids.size ? `${node.data("label")}: ${ids.size} citation(s) highlighted.` : `${node.data("label")}: no citation of this answer mentions it.`);
   }
 
   function clearPick() {
     cy.elements().removeClass("picked faded");
-    for (const row of citationsBody.querySelectorAll("tr.linked")) row.classList.remove("linked");
+    clearRows("linked");
   }
 
   function showTooltip(event) {
@@ -579,7 +892,7 @@
       const added = addElements(neighbours.nodes || [], neighbours.edges || []);
       added.nodes().addClass("fresh");
       layout();
-      updateGraphSummary();
+      updateGraphSummary((drawn.subgraph.nodes || []).length);
       setStatus(`${added.nodes().length} new neighbour(s) of ${node.data("label")}.`);
     } catch (error) {
       setStatus(`Could not load neighbours: ${error.message}.`, true);
@@ -590,8 +903,9 @@
 
   // The browser test (and anyone debugging in the console) reads the graph through this.
   window.chatGraph = () => cy;
-  const lastAnswer = [...messages.querySelectorAll(".message-assistant")].pop();
+  explainMode();
+  const lastAnswer = latestAnswer();
   if (lastAnswer && answers.has(lastAnswer.dataset.answer)) showSources(answers.get(lastAnswer.dataset.answer), lastAnswer);
-  lastAnswer?.scrollIntoView({ block: "end" });
+  messages.scrollTop = messages.scrollHeight;
   connect();
 })();

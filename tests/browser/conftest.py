@@ -112,3 +112,43 @@ def browser_page():
         finally:
             context.close()
             browser.close()
+
+
+def log_in(page, server: str, username: str, password: str) -> None:
+    page.goto(f"{server}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(f"{server}/")
+
+
+def console_errors(page) -> list[str]:
+    """Collects the page's console errors and uncaught exceptions from now on."""
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("response", lambda response: response.status >= 400 and errors.append(f"{response.status} {response.url}"))
+    return errors
+
+
+def axe_violations(page, name: str) -> list[dict]:
+    """Run axe-core (vendored like the other front-end libraries, so it loads under a
+    `script-src 'self'` policy) on the page; save the full report to test-artifacts/axe-<name>.json
+    and return the serious and critical violations."""
+    import json
+
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(url="/static/vendor/axe.min.js")
+    report = page.evaluate("axe.run(document, { resultTypes: ['violations'] })")
+    violations = [
+        {
+            "id": violation["id"],
+            "impact": violation["impact"],
+            "help": violation["help"],
+            "nodes": [node["target"] for node in violation["nodes"]],
+        }
+        for violation in report["violations"]
+    ]
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"axe-{name}.json").write_text(json.dumps(violations, indent=2))
+    return [violation for violation in violations if violation["impact"] in ("serious", "critical")]

@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -7,7 +8,7 @@ from playwright.sync_api import expect
 
 from knowledge.ingestion import document_create, document_ingest
 from knowledge.models import Role
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, console_errors, log_in
 from tests.chat.conftest import ChatScript
 from tests.factories import make_user, make_workspace
 
@@ -58,28 +59,52 @@ def reader(transactional_db):
     return user
 
 
+def _open_chat(page, server):
+    log_in(page, server, "reader", "reader-pass-1")
+    page.goto(f"{server}{reverse('chat:new', args=['acme'])}")
+    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
+
+
+def _ask(page, question):
+    page.fill("#ask-question", question)
+    page.keyboard.press("Enter")
+
+
+def _wait_done(page, answers=1):
+    page.wait_for_function(
+        f"document.querySelectorAll('.message-assistant[data-answer]:not([data-answer=\"\"])').length >= {answers}"
+        " && document.getElementById('chat-status').textContent.startsWith('Done')",
+        timeout=30_000,
+    )
+
+
+def _node_position(page, label):
+    return page.evaluate(
+        """(label) => {
+            const node = window.chatGraph().nodes().filter(node => node.data('label') === label);
+            const at = node.renderedPosition();
+            const box = document.getElementById('graph').getBoundingClientRect();
+            return [box.left + at.x, box.top + at.y];
+        }""",
+        label,
+    )
+
+
 def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     streaming_model, reader, daphne_server, browser_page
 ):
     page = browser_page
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    errors = console_errors(page)
+    _open_chat(page, daphne_server)
 
-    page.goto(f"{daphne_server}{reverse('login')}")
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", "reader-pass-1")
-    page.click("button[type=submit], input[type=submit]")
-    page.wait_for_url(f"{daphne_server}/")
-    page.goto(f"{daphne_server}{reverse('chat:new', args=['acme'])}")
-    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
-
-    page.fill("#ask-question", "Who wrote the first algorithm for the Analytical Engine?")
-    page.keyboard.press("Enter")
+    _ask(page, "Who wrote the first algorithm for the Analytical Engine?")
 
     # Tokens arrive while the answer is still streaming, already rendered as markdown.
     page.wait_for_selector(".answer-body.streaming strong", timeout=30_000)
     partial = page.inner_text(".message-assistant .answer-body")
-    page.wait_for_function("document.getElementById('chat-status').textContent.startsWith('Done')", timeout=30_000)
+    _wait_done(page)
     final = page.inner_text(".message-assistant .answer-body")
     assert 0 < len(partial) < len(final)
     assert "first published algorithm" in final
@@ -88,25 +113,30 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     assert re.search(r"/workspaces/acme/chat/c/\d+/$", page.url)  # the new conversation's own address
     assert dialogs == []
 
+    # The finished answer is in view, its sources listed under it as a reload shows them.
+    expect(page.locator(".message-assistant .answer-sources")).to_be_in_viewport()
+    assert page.locator(".message-assistant .answer-sources li").first.inner_text().startswith("S1")
+
     nodes = page.evaluate("window.chatGraph().nodes().length")
     assert nodes >= 1
     labels = page.evaluate("window.chatGraph().nodes().map(node => node.data('label'))")
     assert "Ada Lovelace" in labels
-    assert page.locator("#citations tbody tr").count() >= 1
 
-    # The graph answers the mouse: hover describes, a click finds the citations, a double-click grows it.
-    x, y = page.evaluate(
-        """() => {
-            const node = window.chatGraph().nodes().filter(node => node.data('label') === 'Ada Lovelace');
-            const at = node.renderedPosition();
-            const box = document.getElementById('graph').getBoundingClientRect();
-            return [box.left + at.x, box.top + at.y];
-        }"""
-    )
+    # Sources first: the cited rows, the passage before entities and relations; the rest folded.
+    cited = page.locator("#cited > li").evaluate_all("items => items.map(item => item.dataset.cite)")
+    assert cited[0] == "S1"
+    assert set(cited) == {"S1", "E1", "E2", "E3", "R1"}
+    assert page.locator("#retrieved").evaluate("details => details.open") is False
+    assert page.locator("#retrieved summary").inner_text().startswith("Everything retrieved (")
+
+    # The graph answers the mouse: hover describes and finds its citations, a click pins
+    # them, a double-click grows the graph.
+    x, y = _node_position(page, "Ada Lovelace")
     page.mouse.move(x, y)
     expect(page.locator("#graph-tooltip")).to_contain_text("Ada Lovelace")
+    expect(page.locator("#cited .hover-linked").first).to_be_visible()
     page.mouse.click(x, y)
-    expect(page.locator("#citations tbody tr.linked").first).to_be_visible()
+    expect(page.locator("#citations-scroll .linked").first).to_be_visible()
     before = page.evaluate("window.chatGraph().elements().length")
     page.mouse.dblclick(x, y)
     page.wait_for_function("document.getElementById('chat-status').textContent.includes('neighbour')")
@@ -118,17 +148,112 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     expect(page.locator("#cite-S1")).to_be_in_viewport()
     page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
     with page.context.expect_page() as opened:
-        page.click("#cite-S1 td.citation-excerpt")
+        page.click("#cite-S1 blockquote")
     document_page = opened.value
     document_page.wait_for_load_state()
-    cited = document_page.locator("mark.cited")
-    assert "Ada Lovelace" in cited.inner_text()
+    cited_text = document_page.locator("mark.cited")
+    assert "Ada Lovelace" in cited_text.inner_text()
     document_page.screenshot(path=str(ARTIFACTS / "citation.png"))
 
-    # Reloading shows the same answer, graph and citations from the database.
+    # Reloading shows the same answer, graph and citations from the database, drawn the same.
+    live_question = page.locator(".message-user").first.bounding_box()["height"]
+    live_answer = page.locator(".message-assistant").first.evaluate("a => a.querySelector('.answer-sources').innerText")
     page.reload()
     page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
     assert "first published algorithm" in page.inner_text(".message-assistant .answer-body")
     assert page.evaluate("window.chatGraph().nodes().length") == nodes
     assert page.locator("#cite-S1").count() == 1
+    assert page.locator(".message-user").first.bounding_box()["height"] == live_question
+    assert page.locator(".message-assistant .answer-sources").inner_text() == live_answer
     assert dialogs == []
+    assert errors == []
+
+
+def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_model, reader, daphne_server, browser_page):
+    page = browser_page
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    errors = console_errors(page)
+    _open_chat(page, daphne_server)
+
+    # Every setting sits beside the mode and is remembered for the user.
+    def saved(change):
+        with page.expect_response(lambda response: "/chat/preferences/" in response.url) as response:
+            change()
+        assert response.value.status == 204
+
+    saved(lambda: page.select_option("#ask-response-type", "Bullet Points"))
+    # A number is committed (and saved) when the field loses focus, as a reader tabs on.
+    page.fill("#ask-top-k", "7")
+    saved(lambda: page.press("#ask-top-k", "Tab"))
+    page.fill("#ask-chunk-top-k", "3")
+    saved(lambda: page.press("#ask-chunk-top-k", "Tab"))
+    saved(lambda: page.select_option("#ask-mode", "local"))
+    expect(page.locator("#chat-status")).to_have_text("Settings saved; they apply to your next questions.")
+    page.reload()
+    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
+    assert page.input_value("#ask-mode") == "local"
+    assert page.input_value("#ask-top-k") == "7"
+    assert page.input_value("#ask-chunk-top-k") == "3"
+    assert page.input_value("#ask-response-type") == "Bullet Points"
+
+    # The shortcuts are listed, and "/" goes to the question box.
+    page.click(".shortcuts summary")
+    expect(page.locator("#shortcuts")).to_contain_text("Regenerate the latest answer")
+    page.click("h1")
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "ask-question"
+
+    _ask(page, "Who wrote the first algorithm for the Analytical Engine?")
+    _wait_done(page)
+    ask = [request.body for request in streaming_model.chat_requests() if request.body.get("stream")][-1]
+    assert "Bullet Points" in json.dumps(ask)
+
+    page.click(".message-assistant .copy-answer")
+    page.wait_for_function("document.getElementById('chat-status').textContent.includes('copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == ANSWER
+
+    page.click(".message-assistant .regenerate")
+    _wait_done(page, answers=2)
+    assert page.locator(".message-assistant").count() == 2
+    assert page.locator(".message-user").nth(1).inner_text() == page.locator(".message-user").first.inner_text()
+    assert errors == []
+
+
+def test_it_follows_the_answer_unless_the_reader_scrolled_away(streaming_model, reader, daphne_server, browser_page):
+    page = browser_page
+    streaming_model.token_delay = 0.02
+    _open_chat(page, daphne_server)
+    _ask(page, "Who wrote the first algorithm for the Analytical Engine?")
+    _wait_done(page)
+    _ask(page, "And who designed the engine's mill?")
+    _wait_done(page, answers=2)
+    at_bottom = (
+        "(() => { const m = document.getElementById('messages');"
+        " return m.scrollHeight - m.scrollTop - m.clientHeight < 48; })()"
+    )
+    assert page.evaluate(at_bottom)
+    expect(page.locator(".message-assistant").nth(1).locator(".answer-sources")).to_be_in_viewport()
+
+    # Scrolled up while the third answer streams: the page leaves the reader where they are.
+    streaming_model.token_delay = 0.08
+    _ask(page, "Where was the engine built?")
+    page.wait_for_selector(".answer-body.streaming", timeout=30_000)
+    page.evaluate("document.getElementById('messages').scrollTop = 0")
+    page.wait_for_timeout(300)
+    page.evaluate("document.getElementById('messages').dispatchEvent(new Event('scroll'))")
+    _wait_done(page, answers=3)
+    assert page.evaluate("document.getElementById('messages').scrollTop") < 50
+    expect(page.locator("#jump-latest")).to_be_visible()
+    page.click("#jump-latest")
+    assert page.evaluate(at_bottom)
+
+
+def test_it_offers_bypass_only_with_a_chat_model(reader, daphne_server, browser_page, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    page = browser_page
+    _open_chat(page, daphne_server)
+
+    bypass = page.locator("#ask-mode option[value=bypass]")
+    assert bypass.is_disabled()
+    assert "needs a chat model" in bypass.inner_text()
+    expect(page.locator("#mode-explanation")).to_contain_text("Bypass is off: Needs a chat model")

@@ -3,6 +3,7 @@ document from waiting behind a large one."""
 
 import pytest
 from django.urls import reverse
+from playwright.sync_api import expect
 
 from knowledge.models import Document, Role
 from tests.factories import make_user, make_workspace
@@ -30,11 +31,13 @@ def test_a_small_upload_behind_a_large_one_is_processed_first_with_stages_shown(
         page.click("button[type=submit], input[type=submit]")
         page.wait_for_url(f"{server.url}/")
         page.goto(f"{server.url}{reverse('knowledge:upload', args=[workspace.slug])}")
-        page.set_input_files("input[type=file]", [str(large), str(small)])
-        page.click("form button[type=submit], form input[type=submit]")
-        page.wait_for_url(f"{server.url}{reverse('knowledge:documents', args=[workspace.slug])}")
-        minutes = Document.objects.get(title="minutes")
-        memo = Document.objects.get(title="memo")
+        # One after the other, so the minutes are queued first (the page uploads files side by side).
+        for number, upload in enumerate((large, small), start=1):
+            page.set_input_files("#file-input", str(upload))
+            expect(page.locator("#upload-queue li.success")).to_have_count(number, timeout=30_000)
+        page.goto(f"{server.url}{reverse('knowledge:documents', args=[workspace.slug])}")
+        minutes = Document.objects.get(title="minutes.txt")
+        memo = Document.objects.get(title="memo.txt")
 
         stages_seen = set()
 

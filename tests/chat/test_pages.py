@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -256,3 +257,44 @@ def test_it_shows_a_cited_chunk_with_document_markup_inert(client, team):
     assert "<img src=x" not in html
     assert "<i>Tricky</i>" not in html
     assert f'id="chunk-{chunk.pk}"' in html
+
+
+def test_it_remembers_a_members_chat_settings_and_refuses_bad_ones(client, team, settings):
+    workspace, viewer, outsider = team
+    client.force_login(viewer)
+    url = reverse("chat:preferences", args=["acme"])
+
+    response = client.post(url, {"mode": "local", "top_k": "12", "chunk_top_k": "5", "response_type": "Bullet Points"})
+
+    assert response.status_code == 204
+    page = client.get(reverse("chat:new", args=["acme"])).content.decode()
+    assert re.search(r'<option value="local"[^>]*selected>', page)
+    assert 'name="top_k" min="1" max="200" value="12"' in page
+    assert client.post(url, {"top_k": "0"}).json() == {"error": "top_k must be between 1 and 200."}
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    refused = client.post(url, {"mode": "bypass"})
+    assert refused.status_code == 400
+    assert "Needs a chat model" in refused.json()["error"]
+    client.force_login(outsider)
+    assert client.post(url, {"mode": "local"}).status_code == 404
+
+
+def test_it_lists_an_answers_cited_sources_with_their_sentence_links(client, team):
+    workspace, viewer, _ = team
+    citations = [
+        {"id": "S1", "kind": "source", "document_title": "Handbook", "document_id": 7, "chunk_id": 3,
+         "section": "Handbook > Engines", "location": "p. 4", "sentence_start": 120, "sentence_end": 180},
+        {"id": "E1", "kind": "entity", "label": "Ada Lovelace", "document_title": "Handbook", "document_id": 7,
+         "chunk_id": 3},
+        {"id": "S2", "kind": "source", "document_title": "Notes", "document_id": 8, "chunk_id": 4},
+    ]  # fmt: skip
+    conversation = conversation_with_answer(workspace, viewer, content="Ada [E1] wrote it [S1].", citations=citations)
+    client.force_login(viewer)
+
+    html = client.get(reverse("chat:conversation", args=["acme", conversation.pk])).content.decode()
+
+    footer = html[html.index('<footer class="answer-sources">') : html.index("</footer>")]
+    assert footer.index("S1") < footer.index("E1")  # sources first
+    assert "Notes" not in footer  # retrieved, not cited
+    assert "/workspaces/acme/documents/7/?chunk=3&amp;start=120&amp;end=180#chunk-3" in footer
+    assert "Handbook &gt; Engines · p. 4" in footer

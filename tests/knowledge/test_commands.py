@@ -35,7 +35,7 @@ def test_ingest_reads_folders_into_a_new_workspace_in_process(openai_double, cor
     assert "2 processed, 0 failed, 0 refused into workspace research" in output
     workspace = Workspace.objects.get(slug="research")
     assert workspace.memberships.get().user == owner
-    assert sorted(Document.objects.values_list("title", "status")) == [("a", "processed"), ("b", "processed")]
+    assert sorted(Document.objects.values_list("title", "status")) == [("a.txt", "processed"), ("b.md", "processed")]
     assert Entity.objects.filter(workspace=workspace, key="acme corp").exists()
 
 
@@ -63,7 +63,7 @@ def test_documents_and_graph_stats_print_json(openai_double, corpus, workspace):
     stats = json.loads(_run("graph_stats", "--workspace", workspace.slug, "--json"))
 
     assert [(row["title"], row["status"], row["entity_count"], row["error"]) for row in documents] == [
-        ("a", "processed", 3, "")
+        ("a.txt", "processed", 3, "")
     ]
     assert stats["documents"] == 1
     assert stats["documents_by_status"] == {"processed": 1}
@@ -75,7 +75,7 @@ def test_documents_and_graph_stats_print_json(openai_double, corpus, workspace):
 def test_delete_document_removes_what_only_it_contributed(openai_double, corpus, workspace):
     openai_double.reply(answer)
     _run("ingest", str(corpus / "a.txt"), str(corpus / "nested" / "b.md"), "--workspace", workspace.slug)
-    first = Document.objects.get(title="a")
+    first = Document.objects.get(title="a.txt")
 
     _run("delete_document", str(first.pk))
 

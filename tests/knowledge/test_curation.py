@@ -123,8 +123,8 @@ def test_it_merges_relations_provenance_and_names_into_the_survivor(ibm, workspa
     assert _pairs(workspace) == {("armonk", "ibm"): 8.0, ("ibm", "watson"): 6.0}
     survivor.refresh_from_db()
     sources = sorted(survivor.sources.values_list("chunk__document__title", "name"))
-    assert sources == [("one", "IBM"), ("three", "IBM"), ("two", "International Business Machines")]
-    one = survivor.sources.get(chunk__document__title="one")
+    assert sources == [("one.txt", "IBM"), ("three.txt", "IBM"), ("two.txt", "International Business Machines")]
+    one = survivor.sources.get(chunk__document__title="one.txt")
     assert one.description == "IBM builds mainframes.\nI.B.M. runs research labs."
     assert "I.B.M. runs research labs." in survivor.description
     # Its name and its description's first line are what it was embedded from, and they stay.
@@ -169,7 +169,7 @@ def test_an_alias_catches_a_later_documents_mention(ibm, workspace, owner):
 
     assert not Entity.objects.filter(workspace=workspace, key="i.b.m.").exists()
     survivor = Entity.objects.get(pk=ibm["ibm"].pk)
-    assert survivor.sources.filter(chunk__document__title="four", name="I.B.M.").exists()
+    assert survivor.sources.filter(chunk__document__title="four.txt", name="I.B.M.").exists()
     assert ("ada", "ibm") in _pairs(workspace)
 
 
@@ -187,7 +187,7 @@ def test_undo_after_a_later_document_restores_the_old_rows_and_keeps_the_new_men
     assert [row for row in after["entity_sources"] if row["entity_id"] == merged_away.pk] == [
         row for row in before["entity_sources"] if row["entity_id"] == merged_away.pk
     ]
-    assert Entity.objects.get(pk=ibm["ibm"].pk).sources.filter(chunk__document__title="four").exists()
+    assert Entity.objects.get(pk=ibm["ibm"].pk).sources.filter(chunk__document__title="four.txt").exists()
     assert not EntityAlias.objects.filter(workspace=workspace).exists()
 
 
@@ -240,7 +240,7 @@ def test_stored_degrees_follow_ingestion_merge_undo_and_deletion(ibm, workspace,
     assert _stored_degrees(workspace) == _counted_degrees(workspace)
     assert _stored_degrees(workspace)["i.b.m."] == 3
 
-    ingestion.document_delete(document=workspace.documents.get(title="one"))
+    ingestion.document_delete(document=workspace.documents.get(title="one.txt"))
     assert _stored_degrees(workspace) == _counted_degrees(workspace)
     assert "armonk" not in _stored_degrees(workspace)
 

@@ -76,7 +76,7 @@ def test_a_two_document_corpus_gives_the_expected_graph(scripted, workspace):
     assert founder["weight"] == 11.0
     assert founder["keywords"] == "founding, advice"
     assert founder["description"] == "Alice Smith founded Acme Corp.\nAlice Smith advises Acme Corp."
-    assert [source[0] for source in founder["sources"]] == ["a", "b"]
+    assert [source[0] for source in founder["sources"]] == ["a.txt", "b.txt"]
     assert dump["relations"][("acme corp", "berlin")]["weight"] == 6.0
     assert dump["relations"][("acme corp", "bob jones")]["weight"] == 7.0
     assert len(dump["relations"]) == 3
@@ -96,7 +96,7 @@ def test_an_entity_in_both_documents_is_one_node_with_both_sources(scripted, wor
 
     acme = Entity.objects.get(workspace=workspace, key="acme corp")
     assert Entity.objects.filter(workspace=workspace, name__iexact="acme corp").count() == 1
-    assert sorted(acme.sources.values_list("chunk__document__title", flat=True)) == ["a", "b"]
+    assert sorted(acme.sources.values_list("chunk__document__title", flat=True)) == ["a.txt", "b.txt"]
     assert sorted(acme.sources.values_list("name", flat=True)) == ["ACME corp", "Acme Corp"]
     assert "Acme Corp is based in Berlin." in acme.description
     assert "Acme Corp employs Bob Jones." in acme.description

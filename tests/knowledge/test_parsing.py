@@ -121,7 +121,7 @@ def test_the_same_file_twice_is_refused_at_upload_and_the_same_text_fails_in_the
     settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
     settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
     first = ingestion.document_create(workspace=workspace, filename="a.txt", data=b"Same words.", enqueue=False)
-    with pytest.raises(ingestion.DocumentRejected, match="same text as “a”"):
+    with pytest.raises(ingestion.DocumentRejected, match="same text as “a.txt”"):
         ingestion.document_create(workspace=workspace, filename="again.txt", data=b"Same words.", enqueue=False)
     ingestion.document_ingest(document_id=first.pk)
     copy = ingestion.document_create(workspace=workspace, filename="copy.md", data=b"Same words.\n", enqueue=False)
@@ -130,7 +130,7 @@ def test_the_same_file_twice_is_refused_at_upload_and_the_same_text_fails_in_the
 
     copy.refresh_from_db()
     assert copy.status == "failed"
-    assert "same text as “a”" in copy.error
+    assert "same text as “a.txt”" in copy.error
 
 
 def test_pasted_text_becomes_a_pending_document_titled_by_its_first_line(workspace, owner):
@@ -156,6 +156,6 @@ def test_an_upload_keeps_its_source_file_and_is_queued_after_commit(
     with django_capture_on_commit_callbacks(execute=True):
         document = ingestion.document_create(workspace=workspace, filename="notes.txt", data=b"Hello team.")
 
-    assert document.title == "notes"
+    assert document.title == "notes.txt"
     assert document.source_file.read() == b"Hello team."
     assert queued == ["knowledge.tasks.ingest_next"]

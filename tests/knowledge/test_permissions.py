@@ -80,6 +80,7 @@ CASES: dict[str, list[Case]] = {
     "chat:new": [Case()],
     "chat:conversations": [Case()],
     "chat:conversation": [Case(args=("slug", "conversation"))],
+    "chat:preferences": [Case(method="post", data={"mode": "local", "top_k": "12"})],
     "chat:rename": [Case(args=("slug", "conversation"), method="post", data={"title": "Renamed"})],
     "chat:share": [Case(args=("slug", "conversation"), method="post", data={"shared": "on"})],
     "chat:delete": [Case(args=("slug", "conversation"), method="post")],

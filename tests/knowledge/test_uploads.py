@@ -64,7 +64,7 @@ def test_it_refuses_a_bad_file_with_a_message_and_stores_nothing(
     assert response.status_code == 200
     results = response.context["results"]
     assert len(results) == 1
-    level, text = results[0]
+    level, text = results[0]["level"], results[0]["message"]
     assert level == "error"
     assert name in text
     assert message.lower() in text.lower()
@@ -89,7 +89,9 @@ def test_it_refuses_a_file_over_the_size_limit_before_parsing_it(editor_client, 
 
     response = _upload(editor_client, workspace, big)
 
-    assert response.context["results"] == [("error", "big.txt is larger than the 1 MB upload limit.")]
+    assert response.context["results"] == [
+        {"name": "big.txt", "level": "error", "message": "big.txt is larger than the 1 MB upload limit."}
+    ]
     assert not Document.objects.exists()
     assert _stored_files(media) == []
 
@@ -107,7 +109,7 @@ def test_it_ingests_several_files_and_pasted_text_in_one_go(
     assert response.status_code == 302
     assert response.url == reverse("knowledge:documents", args=[workspace.slug])
     titles = set(Document.objects.filter(workspace=workspace).values_list("title", flat=True))
-    assert titles == {"notes", "guide", "Hopper note"}
+    assert titles == {"notes.txt", "guide.md", "Hopper note"}
     assert set(Document.objects.values_list("status", flat=True)) == {"pending"}
     assert len(_stored_files(media)) == 2  # the pasted text has no source file
     assert len(queued) >= 3  # each document's ingestion task is sent once the upload commits
@@ -121,9 +123,12 @@ def test_it_reports_each_file_and_keeps_the_good_ones(editor_client, workspace, 
 
     response = _upload(editor_client, workspace, good, empty)
 
-    assert [level for level, _ in response.context["results"]] == ["success", "error"]
-    assert response.context["results"][1][1] == "empty.txt is empty."
-    assert list(Document.objects.values_list("title", flat=True)) == ["good"]
+    assert [result["level"] for result in response.context["results"]] == ["success", "error"]
+    assert response.context["results"][1]["message"] == "empty.txt is empty."
+    assert list(Document.objects.values_list("title", flat=True)) == ["good.txt"]
+    # Each outcome is shown once: listed on the page, not repeated as a flash message.
+    assert response.content.decode().count("empty.txt is empty.") == 1
+    assert list(get_messages(response.wsgi_request)) == []
 
 
 def test_it_reports_a_duplicate_instead_of_ingesting_it_twice(editor_client, workspace):
@@ -131,7 +136,8 @@ def test_it_reports_a_duplicate_instead_of_ingesting_it_twice(editor_client, wor
 
     response = _upload(editor_client, workspace, SimpleUploadedFile("second.txt", b"The same words."))
 
-    [(level, text)] = response.context["results"]
+    [result] = response.context["results"]
+    level, text = result["level"], result["message"]
     assert level == "error"
     assert "same text" in text
     assert Document.objects.count() == 1
@@ -172,3 +178,46 @@ def test_it_retries_a_failed_document_and_deletes_one_after_confirmation(editor_
     assert "cannot be undone" in confirm.content.decode()
     editor_client.post(reverse("knowledge:document_delete", args=[workspace.slug, document.pk]))
     assert not Document.objects.exists()
+
+
+def test_it_keeps_titles_apart_by_extension_folder_and_number(editor_client, workspace, media):
+    files = [
+        SimpleUploadedFile("report.txt", b"Ada Lovelace wrote the first program."),
+        SimpleUploadedFile("report.md", b"Charles Babbage designed the Analytical Engine."),
+        SimpleUploadedFile("index.md", b"Grace Hopper wrote a compiler."),
+        SimpleUploadedFile("index.md", b"Alan Turing described a universal machine."),
+    ]
+    _upload(
+        editor_client, workspace, *files, path=["report.txt", "report.md", "guides/index.md", "../notes/./index.md"]
+    )
+    _upload(editor_client, workspace, SimpleUploadedFile("report.txt", b"A second report with other words."))
+
+    titles = set(Document.objects.filter(workspace=workspace).values_list("title", flat=True))
+    assert titles == {"report.txt", "report.md", "guides/index.md", "notes/index.md", "report.txt (2)"}
+    assert set(Document.objects.values_list("original_filename", flat=True)) == {"report.txt", "report.md", "index.md"}
+
+
+def test_it_answers_a_scripted_upload_with_each_outcome_as_json(editor_client, workspace, media):
+    response = editor_client.post(
+        upload_url(workspace),
+        {"files": [SimpleUploadedFile("notes.txt", b"Ada Lovelace wrote the first program.")], "path": ["a/notes.txt"]},
+        HTTP_ACCEPT="application/json",
+    )
+
+    [result] = response.json()["results"]
+    document = Document.objects.get()
+    assert result == {
+        "name": "a/notes.txt",
+        "level": "success",
+        "message": "a/notes.txt: queued as “a/notes.txt”.",
+        "document": {
+            "id": document.pk,
+            "title": "a/notes.txt",
+            "url": reverse("knowledge:document", args=[workspace.slug, document.pk]),
+        },
+    }
+    assert list(get_messages(response.wsgi_request)) == []
+
+    refused = editor_client.post(upload_url(workspace), {"text": " "}, HTTP_ACCEPT="application/json")
+    assert refused.status_code == 400
+    assert "Choose at least one file" in refused.json()["error"]
