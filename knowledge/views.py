@@ -10,7 +10,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import events, ingestion, llm, selectors, services
+from knowledge import events, ingestion, llm, parsing, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -154,14 +154,41 @@ def document(request, slug, pk):
     chunk = None
     if request.GET.get("chunk", "").isdigit():
         chunk = document.chunks.defer("embedding").filter(pk=int(request.GET["chunk"])).first()
-    text = document.text
-    if chunk is not None:
-        parts = (text[: chunk.char_start], text[chunk.char_start : chunk.char_end], text[chunk.char_end :])
-    else:
-        parts = (text, "", "")
-    context = _context(workspace, document=document, chunk=chunk, before=parts[0], marked=parts[1], after=parts[2])
+    structure = parsing.ParsedDocument.from_json(document.text, document.structure)
+    context = _context(
+        workspace,
+        document=document,
+        chunk=chunk,
+        parts=_document_parts(structure, chunk),
+        outline=[(len(s.path), f"section-{i}", s.path[-1]) for i, s in enumerate(structure.sections, 1)],
+        regions=[(f"{r.kind}-{r.number}", r.name or f"{r.kind} {r.number}") for r in structure.regions],
+        language=structure.language,
+    )
     context["chunk_count"] = document.chunks.count()
     return render(request, "knowledge/document.html", context)
+
+
+def _document_parts(structure: parsing.ParsedDocument, chunk) -> list[dict]:
+    """The document's text cut where a page, slide, sheet or section starts (each an anchor a
+    citation can jump to: "page-4", "section-3") and around the highlighted chunk."""
+    anchors = {}
+    for index, section in enumerate(structure.sections, 1):
+        anchors.setdefault(section.start, []).append((f"section-{index}", ""))
+    for region in structure.regions:
+        label = f"{region.kind} {region.name or region.number}"
+        anchors.setdefault(region.start, []).insert(0, (f"{region.kind}-{region.number}", label))
+    marked = (chunk.char_start, chunk.char_end) if chunk is not None else (0, 0)
+    cuts = sorted({0, len(structure.text), *anchors, *marked})
+    parts, first_mark = [], True
+    for start, end in zip(cuts, cuts[1:] + [None], strict=True):
+        for anchor, label in anchors.get(start, []):
+            parts.append({"anchor": anchor, "label": label})
+        if end is None or end == start:
+            continue
+        inside = marked[0] <= start and end <= marked[1]
+        parts.append({"text": structure.text[start:end], "marked": inside, "mark_id": inside and first_mark})
+        first_mark = first_mark and not inside
+    return parts
 
 
 @login_required

@@ -319,13 +319,20 @@
 
   // ---- Citations table -------------------------------------------------------------------
 
-  // The document page highlights the chunk a citation points at (?chunk=<id>).
+  // The document page highlights the chunk a citation points at (?chunk=<id>) and jumps to its
+  // page or section (#page-4, #section-3) when the citation knows it.
   function chunkHref(citation) {
     if (!citation.chunk_id || !citation.document_id) return null;
     const url = new URL(withId(config.documentUrl, citation.document_id), location.href);
     url.searchParams.set("chunk", Number(citation.chunk_id));
-    url.hash = `chunk-${Number(citation.chunk_id)}`;
+    const anchor = /^(page|slide|sheet|section)-\d+$/.test(citation.anchor || "") ? citation.anchor : "";
+    url.hash = anchor || `chunk-${Number(citation.chunk_id)}`;
     return url.href;
+  }
+
+  // "report.pdf, p. 4, 2.3 Dual-level retrieval"
+  function citationPlace(citation) {
+    return [citation.document_title || "document", citation.location, citation.section].filter(Boolean).join(", ");
   }
 
   function renderCitations(citations) {
@@ -337,7 +344,7 @@
       const href = chunkHref(citation);
       const documentCell = element("td", "citation-document");
       if (href) {
-        const link = element("a", "", citation.document_title || "document");
+        const link = element("a", "", citationPlace(citation));
         link.href = href;
         link.target = "_blank";
         link.rel = "noopener";
@@ -345,7 +352,7 @@
         row.classList.add("openable");
         row.title = "Open the passage in its document";
       } else {
-        documentCell.textContent = citation.document_title || "";
+        documentCell.textContent = citation.document_title ? citationPlace(citation) : "";
       }
       row.append(
         element("td", "citation-id", citation.id),
