@@ -14,6 +14,7 @@ Every stage costs a fixed number of SQL queries whatever top_k is (see tests), a
 queryset is filtered by the workspace.
 """
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,9 @@ from django.conf import settings
 from django.db import connection
 
 from knowledge import llm
+from knowledge.chunking import embedding_text
 from knowledge.models import Workspace
+from knowledge.rerank import RerankError, rerank, rerank_configured
 from knowledge.retrieval.concurrent import run_together
 from knowledge.retrieval.context import (
     SUBGRAPH_MAX_EDGES,
@@ -76,6 +79,8 @@ __all__ = [
     "recent_turns",
     "retrieve",
 ]
+
+logger = logging.getLogger(__name__)
 
 MODES = ("mix", "hybrid", "local", "global", "naive", "bypass")
 DEFAULT_MODE = "mix"
@@ -287,6 +292,9 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         for c in found_chunks
     ]
     chunk_candidates = _interleave(searched_chunks, graph_chunks, key=lambda row: row.chunk_id)[:chunk_top_k]
+    if rerank_configured() and chunk_candidates:
+        chunk_candidates = _reranked(result, chunk_candidates)
+        stats.lap("rerank")
     kept, chunk_table, chunk_tokens = fit_table(
         "Sources",
         ["id", "document", "location", "section", "text"],
@@ -325,6 +333,19 @@ _CHUNK_FIELDS = (
     "page_end",
     "anchor",
 )
+
+
+def _reranked(result: RetrievalResult, candidates: list[ChunkRow]) -> list[ChunkRow]:
+    """The candidates in the reranker's order. A failing reranker costs its ordering, never the
+    answer: the fused order stays and the failure is logged and reported in the stats."""
+    try:
+        order = rerank(result.question, [embedding_text(row.section, row.text) for row in candidates])
+    except RerankError as err:
+        logger.warning("%s", err)
+        result.stats["rerank"] = f"failed: {err}"
+        return candidates
+    result.stats["rerank"] = "applied"
+    return [candidates[index] for index, _ in order]
 
 
 def _local_search(*, workspace, vector, names, k, floor, budgets) -> tuple[list, list[dict]]:
