@@ -333,3 +333,26 @@ def test_sources_and_citations_say_where_a_chunk_sits(graph, workspace):
         "p. 4",
         "page-4",
     )
+
+
+def test_a_pdf_citation_carries_the_right_page_and_section_end_to_end(workspace, settings):
+    from knowledge import ingestion
+    from tests.knowledge.documents import pdf_report
+
+    workspace.chunk_token_size, workspace.chunk_overlap_tokens = 24, 0
+    workspace.save()
+    document = ingestion.document_create(workspace=workspace, filename="report.pdf", data=pdf_report(), enqueue=False)
+    ingestion.document_ingest(document_id=document.pk)
+    workspace.refresh_from_db()
+
+    result = retrieve(
+        workspace=workspace, question="What kinds of keywords does dual-level retrieval use?", mode="naive"
+    )
+
+    source = result.citations[0]
+    assert "Dual-level retrieval uses two kinds of keywords." in source["excerpt"]
+    assert (source["location"], source["section"], source["anchor"]) == (
+        "p. 2",
+        "2 Method > 2.3 Dual-level retrieval",
+        "page-2",
+    )

@@ -142,6 +142,47 @@ def test_it_drops_rows_below_the_similarity_floor(workspace):
     assert [entity.name for entity in found] == ["Near"]
 
 
+def test_words_find_chunks_of_one_workspace_only_and_fuse_with_the_vector_ranking(workspace):
+    rng = np.random.default_rng(3)
+    query = random_vector(rng)
+    document = make_document(workspace)
+    nearest = make_chunk(document, order=0, text="Unrelated words about lunch.", embedding=query)
+    named = make_chunk(document, order=1, text="Set the SO_REUSEADDR option first.", embedding=random_vector(rng))
+    both = make_chunk(document, order=2, text="SO_REUSEADDR lets a server restart: set SO_REUSEADDR.", embedding=query)
+    other = make_workspace(slug="other")
+    make_chunk(make_document(other), text="SO_REUSEADDR in another workspace.", embedding=query)
+    for space in (workspace, other):
+        workspace_refresh_counts(workspace_id=space.pk)
+    workspace.refresh_from_db()
+
+    found = chunks_nearest(workspace=workspace, vector=query, k=3, text="What does SO_REUSEADDR do?")
+
+    assert [chunk.pk for chunk in found] == [both.pk, nearest.pk, named.pk]
+    assert [chunk.lexical_rank for chunk in found] == [1, None, 2]
+    assert found[0].document_title == document.title
+    assert [chunk.pk for chunk in chunks_nearest(workspace=workspace, vector=query, k=3, text="")][:2] == [
+        nearest.pk,
+        both.pk,
+    ]
+
+
+def test_a_name_finds_its_entity_exactly_then_names_holding_its_words(workspace):
+    rng = np.random.default_rng(4)
+    query = random_vector(rng)
+    near = make_entity(workspace, "Near", embedding=query)
+    exact = make_entity(workspace, "Ada Lovelace", embedding=random_vector(rng))
+    longer = make_entity(workspace, "Ada Lovelace Institute", embedding=random_vector(rng))
+    make_entity(workspace, "Lovelace", embedding=random_vector(rng))
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+
+    found = entities_nearest(workspace=workspace, vector=query, k=3, names=["ada lovelace"])
+
+    assert [entity.pk for entity in found] == [exact.pk, longer.pk, near.pk]
+    assert [entity.exact for entity in found] == [True, False, False]
+    assert entities_nearest(workspace=workspace, vector=query, k=1, names=[])[0].pk == near.pk
+
+
 def test_it_gives_a_workspace_only_to_members_with_the_role(workspace, owner):
     viewer, stranger = make_user(), make_user()
     make_workspace(slug="elsewhere", members={stranger: Role.OWNER})
