@@ -128,7 +128,9 @@ WITH vector_hits AS MATERIALIZED (
         SELECT m.id, ts_rank_cd(m.search, q.query) AS score
         FROM (
             SELECT x.id, x.search FROM knowledge_chunk x
-            WHERE x.workspace_id = %(workspace_id)s AND x.search @@ to_tsquery('english', %(terms)s)
+            -- As on the vector side, a chunk without its vector is not served (not published yet).
+            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+              AND x.search @@ to_tsquery('english', %(terms)s)
             LIMIT %(candidates)s
         ) m, (SELECT to_tsquery('english', %(terms)s) AS query) q
         ORDER BY score DESC, m.id
@@ -196,12 +198,12 @@ WITH vector_hits AS MATERIALIZED (
 ), named AS MATERIALIZED (
     SELECT x.id, x.key = ANY(%(keys)s) AS exact, length(x.name) AS name_length
     FROM knowledge_entity x
-    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s)
+    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published
     UNION
     SELECT * FROM (
         SELECT x.id, x.key = ANY(%(keys)s), length(x.name)
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.search @@ to_tsquery('simple', %(names)s)
+        WHERE x.workspace_id = %(workspace_id)s AND x.published AND x.search @@ to_tsquery('simple', %(names)s)
         LIMIT %(candidates)s
     ) partial
 ), lexical_hits AS MATERIALIZED (
