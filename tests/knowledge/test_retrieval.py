@@ -309,14 +309,14 @@ def test_a_low_level_keyword_naming_an_entity_exactly_retrieves_it_whatever_its_
 def test_sources_and_citations_say_where_a_chunk_sits(graph, workspace):
     _located_chunk(
         workspace,
-        "Dual-level retrieval uses low-level and high-level keywords.",
+        "Dual-level retrieval uses low_level and high_level keywords.",
         section="2 Method > 2.3 Dual-level retrieval",
         location="p. 4",
         anchor="page-4",
         page=4,
     )
 
-    result = ask(workspace, "naive", question="How does dual-level retrieval work?")
+    result = ask(workspace, "naive", question="How does dual-level retrieval use low_level keywords?")
 
     top = result.chunks[0]
     assert (top.section, top.location, top.page_start, top.anchor) == (
@@ -326,7 +326,9 @@ def test_sources_and_citations_say_where_a_chunk_sits(graph, workspace):
         "page-4",
     )
     assert "id,document,location,section,text\n" in result.context
-    assert "S1,report.pdf,p. 4,2 Method > 2.3 Dual-level retrieval,Dual-level retrieval uses" in result.context
+    assert (
+        "S1,report.pdf,p. 4,2 Method > 2.3 Dual-level retrieval,Dual-level retrieval uses low_level" in result.context
+    )
     citation = result.citations[0]
     assert (citation["section"], citation["location"], citation["anchor"]) == (
         "2 Method > 2.3 Dual-level retrieval",

@@ -8,6 +8,7 @@ from knowledge.selectors import (
     chunks_nearest,
     entities_nearest,
     entity_degrees,
+    identifier_terms,
     relation_ranks,
     relations_nearest,
     workspace_for_user,
@@ -167,6 +168,14 @@ def test_words_find_chunks_of_one_workspace_only_and_fuse_with_the_vector_rankin
     ]
 
 
+def test_only_identifier_like_words_search_the_text():
+    assert identifier_terms("What is the PYTHONSTARTUP variable for?") == "'pythonstartup'"
+    assert identifier_terms("Call setblocking(False), then functools.cmp_to_key and IPv4Interface") == (
+        "'setblocking' | 'functools.cmp_to_key' | 'ipv4interface'"
+    )
+    assert identifier_terms("Where does the name of Python come from?") == ""
+
+
 def test_a_name_finds_its_entity_exactly_then_names_holding_its_words(workspace):
     rng = np.random.default_rng(4)
     query = random_vector(rng)
@@ -185,6 +194,18 @@ def test_a_name_finds_its_entity_exactly_then_names_holding_its_words(workspace)
     # second and third places rank no higher than the name's second.
     assert {entity.pk for entity in found} == {exact.pk, longer.pk, near.pk}
     assert entities_nearest(workspace=workspace, vector=query, k=1, names=[])[0].pk == near.pk
+
+
+def test_neither_words_nor_names_find_what_is_not_published(workspace):
+    rng = np.random.default_rng(5)
+    query = random_vector(rng)
+    make_entity(workspace, "Ada Lovelace", embedding=None, published=False)
+    pending = make_chunk(make_document(workspace), text="SO_REUSEADDR is still in flight.", embedding=None)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+
+    assert entities_nearest(workspace=workspace, vector=query, k=3, names=["ada lovelace"]) == []
+    assert pending.pk not in [c.pk for c in chunks_nearest(workspace=workspace, vector=query, k=3, text="SO_REUSEADDR")]
 
 
 def test_it_gives_a_workspace_only_to_members_with_the_role(workspace, owner):
