@@ -280,8 +280,9 @@ def measure(workspace: Workspace, centres: dict, runs: int, modes: list[str]) ->
     # the chunks, so the full-text search has a thousand matches to rank) and an entity's name.
     names = list(Entity.objects.filter(workspace=workspace).order_by("?").values_list("name", flat=True)[:500])
 
+    # Called like functions, so the chunk search takes them for identifiers and searches the text.
     def question() -> str:
-        return f"What does {words(1)} say about {words(1)}?"
+        return f"What does {words(1)}() say about {words(1)}()?"
 
     def keywords() -> Keywords:
         return Keywords(high_level=("market strategy",), low_level=(names[rng.integers(len(names))], "Report"))
@@ -380,7 +381,7 @@ def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
         timings = {"old": [], "new": []}
         for index in range(runs + 20):
             vector = unit_rows(centres[kind], 1)[0].tolist()
-            text, name = f"What does {words(1)} say about {words(1)}?", names[index % len(names)]
+            text, name = f"What does {words(1)}() say about {words(1)}()?", names[index % len(names)]
             for which, call in (("old", old), ("new", new)) if index % 2 else (("new", new), ("old", old)):
                 started = time.perf_counter()
                 call(vector, text, name)
