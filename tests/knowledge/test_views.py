@@ -1,7 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from knowledge.models import AuditEvent, Chunk, EntityAlias, EntitySource, Membership, Role, Workspace
+from knowledge.models import AuditEvent, Chunk, Document, EntityAlias, EntitySource, Membership, Role, Workspace
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 
 
@@ -93,10 +93,12 @@ def test_it_highlights_the_requested_chunk_and_escapes_document_text(owner_clien
 
 
 def test_the_document_page_has_anchors_for_pages_and_sections_and_a_contents_box(owner_client, workspace):
-    from knowledge import ingestion
+    from knowledge import parsing
     from tests.knowledge.documents import pdf_report
 
-    document = ingestion.document_create(workspace=workspace, filename="report.pdf", data=pdf_report(), enqueue=False)
+    parsed = parsing.parse_file("report.pdf", pdf_report())
+    document = make_document(workspace, title="report", text=parsed.text)
+    Document.objects.filter(pk=document.pk).update(structure=parsed.to_json())
     start = document.text.index("Dual-level retrieval uses")
     chunk = make_chunk(document, text=document.text[start : start + 20])
     Chunk.objects.filter(pk=chunk.pk).update(
