@@ -55,7 +55,7 @@ def test_ingest_reports_odd_file_names_and_unreadable_files_as_refused(tmp_path,
 
     report = errors.getvalue()
     assert "control characters" in report
-    assert "not valid UTF-8" in report
+    assert "must be valid UTF-8" in report
     assert as_root or "locked.txt: could not be read" in report
     assert not Document.objects.filter(workspace=workspace).exists()
 
