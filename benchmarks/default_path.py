@@ -296,11 +296,13 @@ def worker_texts(files: list[Path], workspace) -> tuple[list[str], list[str]]:
     chunks, documents = [], []
     for path in files:
         try:
-            text = read_file(path.name, path.read_bytes())
+            parsed = read_file(path.name, path.read_bytes())
         except (DocumentRefused, ValueError):
             continue
-        documents.append(text)
-        chunks += [chunk_embedding_text(Chunk(text=span.text)) for span in chunk_spans(text, workspace)]
+        documents.append(parsed.text)
+        chunks += [
+            chunk_embedding_text(Chunk(text=span.text, section=span.section)) for span in chunk_spans(parsed, workspace)
+        ]
     return chunks, documents
 
 

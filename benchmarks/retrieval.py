@@ -10,8 +10,10 @@ floor the way real embeddings do) lives in its own database next to the project'
 binary COPY and indexed afterwards; nothing touches the project's data. Degrees follow a
 power law, so some retrieved entities are hubs with hundreds of relations.
 
-Model calls are excluded: every query passes its keywords and precomputed query vectors, so
-the numbers are the database work, ranking, token counting and context formatting of retrieve().
+Model calls are excluded: every query passes its keywords (a real entity's name among the
+low-level ones) and precomputed query vectors, so the numbers are the database work (vector and
+full-text searches), ranking, token counting and context formatting of retrieve(). Each
+question names two words of the corpus, as a real question names terms of its documents.
 """
 
 import argparse
@@ -36,7 +38,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from knowledge.models import Document, Workspace  # noqa: E402
+from knowledge.models import Document, Entity, Workspace  # noqa: E402
 from knowledge.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
 from knowledge.services import workspace_refresh_counts  # noqa: E402
 
@@ -254,6 +256,15 @@ def warm_up(centres: dict, started: float) -> None:
         for table, columns in _WARM_INDEXES.items():
             for column in columns:
                 cursor.execute(f"SELECT count(*) FROM {table} WHERE {column} > 0")  # noqa: S608
+        # The full-text columns (their TOASTed tsvectors), where the schema has them; the GIN indexes
+        # warm with each mode's first queries.
+        for table in ("knowledge_chunk", "knowledge_entity"):
+            cursor.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = 'search'", [table]
+            )
+            if cursor.fetchone():
+                cursor.execute(f"ANALYZE {table}")
+                cursor.execute(f"SELECT sum(length(search)) FROM {table} WHERE id > 0")  # noqa: S608
         cursor.execute("RESET enable_seqscan")
         cursor.execute("RESET enable_bitmapscan")
         cursor.execute("SET hnsw.ef_search = 400")
@@ -264,8 +275,17 @@ def warm_up(centres: dict, started: float) -> None:
     progress("warmed up the tables and indexes", started)
 
 
-def measure(workspace: Workspace, centres: dict, runs: int) -> None:
-    keywords = Keywords(high_level=("market strategy",), low_level=("Entity", "Report"))
+def measure(workspace: Workspace, centres: dict, runs: int, modes: list[str]) -> None:
+    # Questions and keywords name things the corpus has: two of its words (each in about 4% of
+    # the chunks, so the full-text search has a thousand matches to rank) and an entity's name.
+    names = list(Entity.objects.filter(workspace=workspace).order_by("?").values_list("name", flat=True)[:500])
+
+    # Called like functions, so the chunk search takes them for identifiers and searches the text.
+    def question() -> str:
+        return f"What does {words(1)}() say about {words(1)}()?"
+
+    def keywords() -> Keywords:
+        return Keywords(high_level=("market strategy",), low_level=(names[rng.integers(len(names))], "Report"))
 
     def vectors() -> QueryVectors:
         return QueryVectors(
@@ -275,15 +295,15 @@ def measure(workspace: Workspace, centres: dict, runs: int) -> None:
         )
 
     print(f"\n{'mode':8} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'entities':>9} {'relations':>10} {'chunks':>7}")
-    for mode in MODES:
+    for mode in modes:
         for _ in range(50):  # the pages this mode reads into shared_buffers, as in a server in use
-            retrieve(workspace=workspace, question="What is going on?", mode=mode, keywords=keywords, vectors=vectors())
+            retrieve(workspace=workspace, question=question(), mode=mode, keywords=keywords(), vectors=vectors())
         latencies, stages, last = [], {}, None
         for _ in range(runs):
-            query_vectors = vectors()
+            asked, query_keywords, query_vectors = question(), keywords(), vectors()
             started = time.perf_counter()
             last = retrieve(
-                workspace=workspace, question="What is going on?", mode=mode, keywords=keywords, vectors=query_vectors
+                workspace=workspace, question=asked, mode=mode, keywords=query_keywords, vectors=query_vectors
             )
             latencies.append((time.perf_counter() - started) * 1000)
             for stage, ms in last.stats["timings"].items():
@@ -296,6 +316,82 @@ def measure(workspace: Workspace, centres: dict, runs: int) -> None:
         )
         medians = ", ".join(f"{stage} {statistics.median(ms):.1f}" for stage, ms in stages.items())
         print(f"         median per stage (ms): {medians}")
+
+
+def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
+    """The searches that hybrid retrieval changed, old and new statement taken in turns, so both
+    see the same load: the chunk search (vector only, as before, against vector + full text in
+    one statement) and the entity search (vector only against vector + name lookup)."""
+    from knowledge.models import Chunk
+    from knowledge.selectors import _degree_of, _nearest, chunks_nearest, entities_nearest
+
+    names = list(Entity.objects.filter(workspace=workspace).order_by("?").values_list("name", flat=True)[:500])
+    floor = settings.RETRIEVAL_MIN_SIMILARITY
+
+    def old_chunks(vector, text, name):
+        return _nearest(
+            Chunk.objects.filter(workspace=workspace)
+            .select_related("document")
+            .only(
+                "pk",
+                "workspace_id",
+                "document_id",
+                "order",
+                "text",
+                "token_count",
+                "char_start",
+                "char_end",
+                "document__title",
+            ),
+            size=workspace.chunk_count,
+            vector=vector,
+            k=20,
+            min_similarity=floor,
+        )
+
+    def old_entities(vector, text, name):
+        return _nearest(
+            Entity.objects.filter(workspace=workspace)
+            .only("pk", "workspace_id", "key", "name", "type", "description")
+            .annotate(degree=_degree_of()),
+            size=workspace.entity_count,
+            vector=vector,
+            k=40,
+            min_similarity=floor,
+        )
+
+    pairs = {
+        "chunks": (
+            old_chunks,
+            lambda vector, text, name: chunks_nearest(
+                workspace=workspace, vector=vector, text=text, k=20, min_similarity=floor
+            ),
+            "chunks",
+        ),
+        "entities": (
+            old_entities,
+            lambda vector, text, name: entities_nearest(
+                workspace=workspace, vector=vector, names=[name, "Report"], k=40, min_similarity=floor
+            ),
+            "entities",
+        ),
+    }
+    print(f"\n{'search':9} {'old p50':>8} {'new p50':>8} {'paired p50 diff':>16} {'new p95':>8}   ({runs} pairs, ms)")
+    for label, (old, new, kind) in pairs.items():
+        timings = {"old": [], "new": []}
+        for index in range(runs + 20):
+            vector = unit_rows(centres[kind], 1)[0].tolist()
+            text, name = f"What does {words(1)}() say about {words(1)}()?", names[index % len(names)]
+            for which, call in (("old", old), ("new", new)) if index % 2 else (("new", new), ("old", old)):
+                started = time.perf_counter()
+                call(vector, text, name)
+                if index >= 20:  # the first ones warm the pages this search reads
+                    timings[which].append((time.perf_counter() - started) * 1000)
+        differences = [new_ms - old_ms for old_ms, new_ms in zip(timings["old"], timings["new"], strict=True)]
+        print(
+            f"{label:9} {statistics.median(timings['old']):8.1f} {statistics.median(timings['new']):8.1f} "
+            f"{statistics.median(differences):16.1f} {statistics.quantiles(timings['new'], n=20)[-1]:8.1f}"
+        )
 
 
 def start_server(folder: Path, shared_buffers: str) -> None:
@@ -329,6 +425,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200, help="queries per mode (default 200)")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full graph to build (default 1)")
     parser.add_argument("--shared-buffers", default="2GB", help="the benchmark server's shared_buffers (default 2GB)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated modes (default {','.join(MODES)})")
+    parser.add_argument(
+        "--compare-searches",
+        action="store_true",
+        help="instead of the modes, time the vector-only and the hybrid searches in turns (same load for both)",
+    )
     args = parser.parse_args()
     global ENTITIES, RELATIONS, CHUNKS, DOCUMENTS, CLUSTERS
     ENTITIES, RELATIONS, CHUNKS = int(ENTITIES * args.scale), int(RELATIONS * args.scale), int(CHUNKS * args.scale)
@@ -351,13 +453,17 @@ def main() -> None:
             entities, relations, chunks = np.load(centres_file)
             centres = {"entities": entities, "relations": relations, "chunks": chunks}
         workspace.refresh_from_db()
-        warm_up(centres, started)
+        if not args.compare_searches:  # taken in turns, old and new statements see the same cache
+            warm_up(centres, started)
         print(
             f"\n{workspace.entity_count:,} entities, {workspace.relation_count:,} relations, "
             f"{workspace.chunk_count:,} chunks; top_k 40, chunk_top_k 20, hnsw.ef_search {settings.HNSW_EF_SEARCH}, "
             f"exact scan up to {settings.VECTOR_EXACT_SCAN_MAX:,} rows; {args.runs} queries per mode"
         )
-        measure(workspace, centres, args.runs)
+        if args.compare_searches:
+            compare_searches(workspace, centres, args.runs)
+        else:
+            measure(workspace, centres, args.runs, args.modes.split(","))
     finally:
         stop_server(folder)
         if not args.keep:

@@ -60,6 +60,16 @@ VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)
 UPLOAD_MAX_MB = env_int("UPLOAD_MAX_MB", 50, minimum=1)
+# Parsing limits: each refuses a file with a message instead of letting it exhaust a worker.
+PARSE_MAX_TEXT_CHARS = env_int("PARSE_MAX_TEXT_CHARS", 5_000_000, minimum=1000)
+PARSE_MAX_UNZIPPED_MB = env_int("PARSE_MAX_UNZIPPED_MB", 200, minimum=1)
+PARSE_MAX_ZIP_RATIO = env_int("PARSE_MAX_ZIP_RATIO", 100, minimum=2)
+PARSE_MAX_PDF_PAGES = env_int("PARSE_MAX_PDF_PAGES", 2000, minimum=1)
+# An optional reranker (a /rerank endpoint as vLLM, TEI, Infinity, Jina and Cohere serve); off when unset.
+RERANK_BASE_URL = env_str("RERANK_BASE_URL")
+RERANK_API_KEY = env_str("RERANK_API_KEY")
+RERANK_MODEL = env_str("RERANK_MODEL")
+RERANK_TIMEOUT = env_float("RERANK_TIMEOUT", 30.0)
 
 # Ingestion runs (knowledge.ingestion): leases, turns, retries.
 INGEST_LEASE_SECONDS = env_int("INGEST_LEASE_SECONDS", 60, minimum=3)

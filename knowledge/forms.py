@@ -2,6 +2,7 @@ from django import forms
 from django.conf import settings
 
 from knowledge.models import Role, Workspace
+from knowledge.parsing import ACCEPTED_TYPES
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -26,7 +27,11 @@ class MultipleFileField(forms.FileField):
 class UploadForm(forms.Form):
     files = MultipleFileField(
         required=False,
-        help_text="PDF, Word (.docx), Markdown, HTML or plain text; several at once.",
+        widget=MultipleFileInput(attrs={"accept": ",".join(ACCEPTED_TYPES)}),
+        help_text=(
+            "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, OpenDocument (.odt), RTF, HTML, "
+            "Markdown, plain text, JSON, YAML, XML, email (.eml) and source code; several at once."
+        ),
     )
     title = forms.CharField(max_length=300, required=False, help_text="Title of the pasted text.")
     text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False, label="Or paste text")

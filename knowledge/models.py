@@ -103,6 +103,8 @@ class Document(models.Model):
     source_file = models.FileField(upload_to="documents/%Y/%m/", blank=True)
     text = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64)
+    # Where the text's sections, pages, slides and sheets are (parsing.ParsedDocument.to_json()).
+    structure = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
     error = models.TextField(blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
@@ -175,7 +177,18 @@ class Chunk(models.Model):
     token_count = models.PositiveIntegerField()
     char_start = models.PositiveIntegerField()
     char_end = models.PositiveIntegerField()
+    # Where the chunk sits: "Title > Chapter > Section", the pages (or slides, sheets) it covers
+    # and a label for people ("p. 4", "pp. 4-5", "slide 3", "sheet Revenue").
+    section = models.TextField(blank=True, default="")
+    page_start = models.PositiveIntegerField(null=True, blank=True)
+    page_end = models.PositiveIntegerField(null=True, blank=True)
+    location = models.CharField(max_length=80, blank=True, default="")
+    # The document page's anchor for that place: "page-4", "slide-3", "sheet-2", "section-5".
+    anchor = models.CharField(max_length=40, blank=True, default="")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
+    # The table also has `search`, a tsvector generated from section and text with a GIN index
+    # (migration 0007), the lexical index beside the vector one. It is not a model field, so no
+    # ORM query reads it; only the hybrid search (selectors.chunks_nearest) does.
 
     class Meta:
         ordering = ["document_id", "order"]
@@ -202,7 +215,8 @@ class Entity(models.Model):
     summary = models.TextField(blank=True, db_default="")
     summary_through = models.BigIntegerField(db_default=0)
     summary_sources = models.PositiveIntegerField(db_default=0)
-
+    # Like Chunk, the table has a generated `search` tsvector of the name (unstemmed) with a GIN
+    # index, read only by the lookup of low-level keywords by name (selectors.entities_nearest).
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import events, ingestion, llm, selectors, services
+from knowledge import events, ingestion, llm, parsing, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -217,17 +217,18 @@ def document(request, slug, pk):
     chunk = None
     if request.GET.get("chunk", "").isdigit():
         chunk = document.chunks.defer("embedding").filter(pk=int(request.GET["chunk"])).first()
-    text = document.text
-    context = _context(workspace, document=document, chunk=chunk, before=text)
-    if chunk is not None:
-        start, end = _sentence_span(request, chunk)
-        context.update(
-            before=text[: chunk.char_start],
-            chunk_head=text[chunk.char_start : start],
-            sentence=text[start:end],
-            chunk_tail=text[end : chunk.char_end],
-            after=text[chunk.char_end :],
-        )
+    structure = parsing.ParsedDocument.from_json(document.text, document.structure)
+    sentence = _sentence_span(request, chunk) if chunk is not None else None
+    context = _context(
+        workspace,
+        document=document,
+        chunk=chunk,
+        parts=_document_parts(structure, chunk, sentence),
+        sentence=sentence is not None and sentence[0] < sentence[1],
+        outline=[(len(s.path), f"section-{i}", s.path[-1]) for i, s in enumerate(structure.sections, 1)],
+        regions=[(f"{r.kind}-{r.number}", r.name or f"{r.kind} {r.number}") for r in structure.regions],
+        language=structure.language,
+    )
     context["chunk_count"] = document.chunks.count()
     return render(request, "knowledge/document.html", context)
 
@@ -241,6 +242,41 @@ def _sentence_span(request, chunk) -> tuple[int, int]:
         return chunk.char_end, chunk.char_end
     start, end = max(start, chunk.char_start), min(end, chunk.char_end)
     return (start, end) if start < end else (chunk.char_end, chunk.char_end)
+
+
+def _document_parts(structure: parsing.ParsedDocument, chunk, sentence: tuple[int, int] | None) -> list[dict]:
+    """The document's text cut where a page, slide, sheet or section starts (each an anchor a
+    citation can jump to: "page-4", "section-3"), around the highlighted chunk and around the
+    cited sentence inside it."""
+    anchors = {}
+    for index, section in enumerate(structure.sections, 1):
+        anchors.setdefault(section.start, []).append((f"section-{index}", ""))
+    for region in structure.regions:
+        label = f"{region.kind} {region.name or region.number}"
+        anchors.setdefault(region.start, []).insert(0, (f"{region.kind}-{region.number}", label))
+    marked = (chunk.char_start, chunk.char_end) if chunk is not None else (0, 0)
+    said = sentence or (0, 0)
+    cuts = sorted({0, len(structure.text), *anchors, *marked, *said})
+    parts, first_mark, first_sentence = [], True, True
+    for start, end in zip(cuts, cuts[1:] + [None], strict=True):
+        for anchor, label in anchors.get(start, []):
+            parts.append({"anchor": anchor, "label": label})
+        if end is None or end == start:
+            continue
+        inside = marked[0] <= start and end <= marked[1]
+        cited = said[0] <= start and end <= said[1]
+        parts.append(
+            {
+                "text": structure.text[start:end],
+                "marked": inside,
+                "mark_id": inside and first_mark,
+                "sentence": cited,
+                "sentence_id": cited and first_sentence,
+            }
+        )
+        first_mark = first_mark and not inside
+        first_sentence = first_sentence and not cited
+    return parts
 
 
 @login_required

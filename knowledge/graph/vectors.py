@@ -9,6 +9,7 @@ from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 
 from knowledge import llm
+from knowledge.chunking import embedding_text
 from knowledge.graph.describe import entity_embedding_text, relation_embedding_text
 from knowledge.models import Chunk, Entity, Relation
 
@@ -222,8 +223,8 @@ def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
     return {
         "chunks": _reembed(
             Chunk,
-            Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "text"),
-            lambda row: row["text"],
+            Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "section", "text"),
+            lambda row: embedding_text(row["section"], row["text"]),
         ),
         "entities": _reembed(
             Entity,

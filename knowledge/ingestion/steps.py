@@ -133,27 +133,35 @@ def _read_source(document: Document) -> bytes:
         return handle.read()
 
 
-def read_file(name: str, data: bytes) -> str:
-    """The text of an uploaded file, as a run reads it; DocumentRefused when there is none."""
-    text = parsing.parse_file(name, data)
-    if not text:
+def read_file(name: str, data: bytes) -> parsing.ParsedDocument:
+    """The text of an uploaded file and its structure, as a run reads it; DocumentRefused when
+    there is no text."""
+    parsed = parsing.parse_file(name, data)
+    if not parsed.text:
         raise DocumentRefused(
             f"No text found in {name}. A scanned PDF needs text recognition (OCR) before it can be uploaded."
             if name.lower().endswith(".pdf")
             else f"No text found in {name}."
         )
-    return text
+    return parsed
 
 
-def chunk_spans(text: str, workspace: Workspace) -> list[chunking.ChunkSpan]:
-    return chunking.chunk_text(text, size=workspace.chunk_token_size, overlap=workspace.chunk_overlap_tokens)
+def chunk_spans(parsed: parsing.ParsedDocument, workspace: Workspace) -> list[chunking.ChunkSpan]:
+    return chunking.chunk_text(
+        parsed.text,
+        size=workspace.chunk_token_size,
+        overlap=workspace.chunk_overlap_tokens,
+        sections=parsed.sections,
+        regions=parsed.regions,
+    )
 
 
 def _parse(document: Document, owner: str) -> None:
     began = time.perf_counter()
-    text = Document.objects.filter(pk=document.pk).values_list("text", flat=True).get()
+    text, structure = Document.objects.filter(pk=document.pk).values_list("text", "structure").get()
     if not text:
-        text = read_file(document.original_filename or document.source_file.name, _read_source(document))
+        shape = read_file(document.original_filename or document.source_file.name, _read_source(document))
+        text, structure = shape.text, shape.to_json()
     content_hash = hashlib.sha256(text.encode()).hexdigest()
     duplicate = (
         Document.objects.filter(workspace_id=document.workspace_id, content_hash=content_hash)
@@ -165,7 +173,7 @@ def _parse(document: Document, owner: str) -> None:
         raise DocumentRefused(f"{document.title} has the same text as “{duplicate}”, already in this workspace.")
     parsed = time.perf_counter()
     workspace = document.workspace
-    spans = chunk_spans(text, workspace)
+    spans = chunk_spans(parsing.ParsedDocument.from_json(text, structure), workspace)
     chunked = time.perf_counter()
     try:
         with transaction.atomic():
@@ -174,6 +182,7 @@ def _parse(document: Document, owner: str) -> None:
                 owner,
                 {"parse": parsed - began, "chunk": chunked - parsed},
                 text=text,
+                structure=structure,
                 content_hash=content_hash,
                 token_count=count_tokens(text),
                 chunk_count=len(spans),
@@ -193,6 +202,11 @@ def _parse(document: Document, owner: str) -> None:
                         token_count=span.token_count,
                         char_start=span.char_start,
                         char_end=span.char_end,
+                        section=span.section,
+                        page_start=span.page_start,
+                        page_end=span.page_end,
+                        location=span.location,
+                        anchor=span.anchor,
                     )
                     for span in spans
                 ],
@@ -210,8 +224,8 @@ def _parse(document: Document, owner: str) -> None:
 
 
 def chunk_embedding_text(chunk: Chunk) -> str:
-    """What a chunk's vector is made of."""
-    return chunk.text
+    """What a chunk's vector is made of: its section path, then its text."""
+    return chunking.embedding_text(chunk.section, chunk.text)
 
 
 def _text_hash(text: str) -> str:
@@ -225,7 +239,7 @@ def _embed(document: Document, owner: str) -> None:
         Chunk.objects.filter(document=document, embedding__isnull=True)
         .exclude(pk__in=staged)
         .order_by("order")
-        .only("pk", "text", "token_count")
+        .only("pk", "section", "text", "token_count")
     )
     group, size = [], 0
     for chunk in missing.iterator(chunk_size=64):

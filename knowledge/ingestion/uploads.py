@@ -53,6 +53,11 @@ def clean_filename(filename: str) -> str:
         raise DocumentRejected(f"{_CONTROL_CHARS.sub('?', name)!r}: a file name must not contain control characters.")
     if not name or name in {".", ".."}:
         raise DocumentRejected("The file has no name; name it and upload it again.")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = name.encode("utf-8", "replace").decode()
+        raise DocumentRejected(f"{shown!r}: a file name must be valid UTF-8; rename the file.") from None
     if len(name) > MAX_FILENAME_CHARS:
         stem, extension = os.path.splitext(name)
         name = stem[: MAX_FILENAME_CHARS - len(extension)] + extension

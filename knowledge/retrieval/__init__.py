@@ -5,14 +5,16 @@ The ranking rules follow the paper and its reference implementation:
   ranked by (edge rank = sum of endpoint degrees, weight); chunks from the entities' provenance.
 - global: relations nearest to the high-level keywords, ranked by (edge rank, weight); their
   endpoint entities; chunks from the relations' provenance.
-- hybrid interleaves both; mix adds a chunk-vector search with the whole question; naive is
-  that chunk search alone; bypass retrieves nothing.
+- hybrid interleaves both; mix adds a chunk search with the whole question (its vector and its
+  words, fused by reciprocal rank); naive is that chunk search alone; bypass retrieves nothing.
+- local also looks the low-level keywords up by entity name, so an entity named exactly is found.
 Chunks prefer those that support more of the retrieved entities and relations.
 
 Every stage costs a fixed number of SQL queries whatever top_k is (see tests), and every
 queryset is filtered by the workspace.
 """
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -22,7 +24,9 @@ from django.conf import settings
 from django.db import connection
 
 from knowledge import llm
+from knowledge.chunking import embedding_text
 from knowledge.models import Workspace
+from knowledge.rerank import RerankError, rerank, rerank_configured
 from knowledge.retrieval.concurrent import run_together
 from knowledge.retrieval.context import (
     SUBGRAPH_MAX_EDGES,
@@ -76,6 +80,8 @@ __all__ = [
     "recent_turns",
     "retrieve",
 ]
+
+logger = logging.getLogger(__name__)
 
 MODES = ("mix", "hybrid", "local", "global", "naive", "bypass")
 DEFAULT_MODE = "mix"
@@ -195,7 +201,12 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     searches = {}
     if mode in _LOCAL_MODES:
         searches["local"] = lambda: _local_search(
-            workspace=workspace, vector=vectors.low_level, k=top_k, floor=floor, budgets=budgets
+            workspace=workspace,
+            vector=vectors.low_level,
+            names=result.keywords.low_level,
+            k=top_k,
+            floor=floor,
+            budgets=budgets,
         )
     if mode in _GLOBAL_MODES:
         searches["global"] = lambda: relations_nearest(
@@ -203,7 +214,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         )
     if mode in _CHUNK_SEARCH_MODES:
         searches["chunks"] = lambda: chunks_nearest(
-            workspace=workspace, vector=vectors.question, k=chunk_top_k, min_similarity=floor
+            workspace=workspace, vector=vectors.question, text=question, k=chunk_top_k, min_similarity=floor
         )
     found = run_together(searches, wrapper=stats.count_query)
     stats.lap("search")
@@ -264,26 +275,34 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         for c in provenance
         if c["in_top"]
     ]
-    vector_chunks = [
+    searched_chunks = [
         ChunkRow(
             id="",
             chunk_id=c.pk,
             document_id=c.document_id,
-            document_title=c.document.title,
+            document_title=c.document_title,
             text=c.text,
             token_count=c.token_count,
             char_start=c.char_start,
             char_end=c.char_end,
             support=0,
-            found_by="vector",
+            found_by="search",
+            section=c.section,
+            location=c.location,
+            page_start=c.page_start,
+            page_end=c.page_end,
+            anchor=c.anchor,
         )
         for c in found_chunks
     ]
-    chunk_candidates = _interleave(vector_chunks, graph_chunks, key=lambda row: row.chunk_id)[:chunk_top_k]
+    chunk_candidates = _interleave(searched_chunks, graph_chunks, key=lambda row: row.chunk_id)[:chunk_top_k]
+    if rerank_configured() and chunk_candidates:
+        chunk_candidates = _reranked(result, chunk_candidates)
+        stats.lap("rerank")
     kept, chunk_table, chunk_tokens = fit_table(
         "Sources",
-        ["id", "document", "text"],
-        [[f"S{i}", c.document_title, c.text] for i, c in enumerate(chunk_candidates, 1)],
+        ["id", "document", "location", "section", "text"],
+        [[f"S{i}", c.document_title, c.location, c.section, c.text] for i, c in enumerate(chunk_candidates, 1)],
         available - entity_tokens - relation_tokens,
         last_cell_tokens=[c.token_count for c in chunk_candidates],
     )
@@ -304,12 +323,38 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     stats.lap("context")
 
 
-_CHUNK_FIELDS = ("chunk_id", "document_id", "document_title", "token_count", "char_start", "char_end", "support")
+_CHUNK_FIELDS = (
+    "chunk_id",
+    "document_id",
+    "document_title",
+    "token_count",
+    "char_start",
+    "char_end",
+    "support",
+    "section",
+    "location",
+    "page_start",
+    "page_end",
+    "anchor",
+)
 
 
-def _local_search(*, workspace, vector, k, floor, budgets) -> tuple[list, list[dict]]:
-    """The entities nearest to the low-level keywords and their one-hop relations, best first."""
-    found = entities_nearest(workspace=workspace, vector=vector, k=k, min_similarity=floor)
+def _reranked(result: RetrievalResult, candidates: list[ChunkRow]) -> list[ChunkRow]:
+    """The candidates in the reranker's order. A failing reranker costs its ordering, never the
+    answer: the fused order stays and the failure is logged and reported in the stats."""
+    try:
+        order = rerank(result.question, [embedding_text(row.section, row.text) for row in candidates])
+    except RerankError as err:
+        logger.warning("%s", err)
+        result.stats["rerank"] = f"failed: {err}"
+        return candidates
+    result.stats["rerank"] = "applied"
+    return [candidates[index] for index, _ in order]
+
+
+def _local_search(*, workspace, vector, names, k, floor, budgets) -> tuple[list, list[dict]]:
+    """The entities nearest to the low-level keywords or named by them, and their one-hop relations."""
+    found = entities_nearest(workspace=workspace, vector=vector, names=names, k=k, min_similarity=floor)
     if not found:
         return [], []
     one_hop = relations_around_entities(

@@ -149,7 +149,9 @@ def _not_cited() -> dict:
 
 def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dict]:
     """One citation per context row. An entity or relation points at its best-supported chunk,
-    preferring one that is itself in the Sources table, with what that chunk said about it."""
+    preferring one that is itself in the Sources table, with what that chunk said about it.
+    Each says where its chunk sits: `section` (heading path), `location` ("p. 4") and `anchor`
+    (where the document page jumps: "page-4", "section-3")."""
     in_sources = {row.chunk_id for row in result.chunks}
     best: dict[tuple[str, int], tuple[dict, str]] = {}
     for chunk in sorted(provenance, key=lambda chunk: chunk["chunk_id"] not in in_sources):
@@ -167,6 +169,9 @@ def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dic
             "chunk_id": chunk["chunk_id"] if chunk else None,
             "char_start": chunk["char_start"] if chunk else None,
             "char_end": chunk["char_end"] if chunk else None,
+            "section": chunk["section"] if chunk else "",
+            "location": chunk["location"] if chunk else "",
+            "anchor": chunk["anchor"] if chunk else "",
             "excerpt": _shorten(said or fallback),
             **_not_cited(),
         }
@@ -186,6 +191,9 @@ def build_citations(result: RetrievalResult, provenance: list[dict]) -> list[dic
             "chunk_id": row.chunk_id,
             "char_start": row.char_start,
             "char_end": row.char_end,
+            "section": row.section,
+            "location": row.location,
+            "anchor": row.anchor,
             "excerpt": _shorten(row.text),
             **_not_cited(),
         }

@@ -73,8 +73,14 @@ class ChunkRow:
     char_start: int
     char_end: int
     support: int
-    # "graph" (provenance of retrieved entities and relations) or "vector" (chunk search).
+    # "graph" (provenance of retrieved entities and relations) or "search" (the hybrid chunk search).
     found_by: str
+    # Where the chunk sits (see Chunk): section path, pages, label and the document page's anchor.
+    section: str = ""
+    location: str = ""
+    page_start: int | None = None
+    page_end: int | None = None
+    anchor: str = ""
 
 
 @dataclass

@@ -473,7 +473,8 @@
 
   // ---- Citations: the cited sources first, everything else folded ---------------------------
 
-  // The document page shades the chunk (?chunk=<id>) and marks the sentence (&start=&end=).
+  // The document page shades the chunk (?chunk=<id>), marks the sentence (&start=&end=) and
+  // jumps to the chunk's page or section (#page-4, #section-3) when the citation knows it.
   function chunkHref(citation) {
     if (!citation.chunk_id || !citation.document_id) return null;
     const url = new URL(withId(config.documentUrl, citation.document_id), location.href);
@@ -482,7 +483,8 @@
       url.searchParams.set("start", citation.sentence_start);
       url.searchParams.set("end", citation.sentence_end);
     }
-    url.hash = `chunk-${Number(citation.chunk_id)}`;
+    const anchor = /^(page|slide|sheet|section)-\d+$/.test(citation.anchor || "") ? citation.anchor : "";
+    url.hash = anchor || `chunk-${Number(citation.chunk_id)}`;
     return url.href;
   }
 

@@ -28,10 +28,10 @@ VECTORS = QueryVectors(low_level=axis(LOW), high_level=axis(HIGH), question=axis
 KEYWORDS = Keywords(high_level=("collaboration",), low_level=("Alice", "Bob"))
 
 
-def ask(workspace, mode="mix", **options):
+def ask(workspace, mode="mix", question="Who works with whom?", **options):
     options.setdefault("keywords", KEYWORDS)
     options.setdefault("vectors", VECTORS)
-    return retrieve(workspace=workspace, question="Who works with whom?", mode=mode, **options)
+    return retrieve(workspace=workspace, question=question, mode=mode, **options)
 
 
 def build_team_graph(workspace):

@@ -1,4 +1,5 @@
 import json
+from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -37,6 +38,26 @@ def test_ingest_reads_folders_into_a_new_workspace_in_process(openai_double, cor
     assert workspace.memberships.get().user == owner
     assert sorted(Document.objects.values_list("title", "status")) == [("a.txt", "processed"), ("b.md", "processed")]
     assert Entity.objects.filter(workspace=workspace, key="acme corp").exists()
+
+
+def test_ingest_reports_odd_file_names_and_unreadable_files_as_refused(tmp_path, workspace):
+    import os
+
+    (tmp_path / "bell\x07.txt").write_text("A file whose name rings a bell.")
+    (tmp_path / os.fsdecode(b"latin-\xe9.txt")).write_text("A file whose name is not UTF-8.")
+    as_root = os.geteuid() == 0  # root reads any file, so only others can see the refusal
+    if not as_root:
+        (tmp_path / "locked.txt").write_text("Nobody may read this.")
+        (tmp_path / "locked.txt").chmod(0)
+    errors = StringIO()
+
+    call_command("ingest", str(tmp_path), "--workspace", workspace.slug, stdout=StringIO(), stderr=errors)
+
+    report = errors.getvalue()
+    assert "control characters" in report
+    assert "must be valid UTF-8" in report
+    assert as_root or "locked.txt: could not be read" in report
+    assert not Document.objects.filter(workspace=workspace).exists()
 
 
 def test_ingest_refuses_an_unknown_workspace_without_create(corpus, db):

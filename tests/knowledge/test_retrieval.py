@@ -9,7 +9,7 @@ from knowledge.models import EntitySource
 from knowledge.retrieval import MODES, Budgets, Keywords, concurrent, nlp_keywords, parse_keywords, retrieve
 from knowledge.services import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_workspace
-from tests.knowledge.team_graph import LOW, QUESTION, ask, axis, build_team_graph
+from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_it_adds_the_chunk_vector_search_in_mix_mode(graph, workspace):
 
     assert "The office is in Berlin." not in [row.text for row in hybrid.chunks]
     assert mix.chunks[0].text == "The office is in Berlin."
-    assert mix.chunks[0].found_by == "vector"
+    assert mix.chunks[0].found_by == "search"
     assert {row.text for row in hybrid.chunks} < {row.text for row in mix.chunks}
     assert names(mix.entities) == names(hybrid.entities)
 
@@ -99,7 +99,7 @@ def test_it_returns_the_kinds_of_rows_of_each_mode(graph, workspace, mode, kinds
     found = {kind for kind in ("entities", "relations", "chunks") if getattr(result, kind)}
     assert found == kinds
     if mode == "naive":
-        assert [row.found_by for row in result.chunks] == ["vector"]
+        assert [row.found_by for row in result.chunks] == ["search"]
 
 
 def test_it_cites_only_rows_that_are_in_the_context(graph, workspace):
@@ -264,3 +264,97 @@ def test_it_finds_entities_through_real_embeddings_end_to_end(workspace):
 
     assert result.keywords.source == "nlp"
     assert names(result.entities) == ["Marie Curie"]
+
+
+def _located_chunk(workspace, text, *, section="", location="", anchor="", page=None):
+    from knowledge.models import Chunk
+
+    chunk = make_chunk(make_document(workspace, title="report.pdf"), text=text, embedding=axis(ELSEWHERE))
+    Chunk.objects.filter(pk=chunk.pk).update(
+        section=section, location=location, anchor=anchor, page_start=page, page_end=page
+    )
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+    return chunk
+
+
+def test_a_question_naming_an_identifier_finds_its_chunk_first_though_its_vector_is_far(graph, workspace):
+    startup = _located_chunk(workspace, "Set PYTHONSTARTUP to the name of a file of start-up commands.")
+
+    for mode in ("naive", "mix"):
+        result = ask(workspace, mode, question="What is PYTHONSTARTUP for?")
+
+        assert result.chunks[0].chunk_id == startup.pk, mode
+    assert ask(workspace, "naive").chunks[0].text == "The office is in Berlin."
+
+
+def test_an_identifier_with_dots_and_underscores_matches_as_a_phrase(graph, workspace):
+    annotations = _located_chunk(workspace, "Call inspect.get_annotations() to read the annotations dict.")
+    _located_chunk(workspace, "To inspect a value, get the annotations from its type.")
+
+    result = ask(workspace, "naive", question="What does inspect.get_annotations do?")
+
+    assert result.chunks[0].chunk_id == annotations.pk
+
+
+def test_a_low_level_keyword_naming_an_entity_exactly_retrieves_it_whatever_its_vector(graph, workspace):
+    vector_only = ask(workspace, "local", top_k=3)
+    named = ask(workspace, "local", top_k=3, keywords=Keywords(high_level=(), low_level=("gina",)))
+
+    assert "Gina" not in names(vector_only.entities)
+    assert "Gina" in names(named.entities)
+    assert len(named.entities) == 3
+
+
+def test_sources_and_citations_say_where_a_chunk_sits(graph, workspace):
+    _located_chunk(
+        workspace,
+        "Dual-level retrieval uses low_level and high_level keywords.",
+        section="2 Method > 2.3 Dual-level retrieval",
+        location="p. 4",
+        anchor="page-4",
+        page=4,
+    )
+
+    result = ask(workspace, "naive", question="How does dual-level retrieval use low_level keywords?")
+
+    top = result.chunks[0]
+    assert (top.section, top.location, top.page_start, top.anchor) == (
+        "2 Method > 2.3 Dual-level retrieval",
+        "p. 4",
+        4,
+        "page-4",
+    )
+    assert "id,document,location,section,text\n" in result.context
+    assert (
+        "S1,report.pdf,p. 4,2 Method > 2.3 Dual-level retrieval,Dual-level retrieval uses low_level" in result.context
+    )
+    citation = result.citations[0]
+    assert (citation["section"], citation["location"], citation["anchor"]) == (
+        "2 Method > 2.3 Dual-level retrieval",
+        "p. 4",
+        "page-4",
+    )
+
+
+def test_a_pdf_citation_carries_the_right_page_and_section_end_to_end(workspace, settings):
+    from knowledge import ingestion
+    from tests.knowledge.documents import pdf_report
+
+    workspace.chunk_token_size, workspace.chunk_overlap_tokens = 24, 0
+    workspace.save()
+    document = ingestion.document_create(workspace=workspace, filename="report.pdf", data=pdf_report(), enqueue=False)
+    ingestion.document_ingest(document_id=document.pk)
+    workspace.refresh_from_db()
+
+    result = retrieve(
+        workspace=workspace, question="What kinds of keywords does dual-level retrieval use?", mode="naive"
+    )
+
+    source = result.citations[0]
+    assert "Dual-level retrieval uses two kinds of keywords." in source["excerpt"]
+    assert (source["location"], source["section"], source["anchor"]) == (
+        "p. 2",
+        "2 Method > 2.3 Dual-level retrieval",
+        "page-2",
+    )

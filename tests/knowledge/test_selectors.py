@@ -8,6 +8,7 @@ from knowledge.selectors import (
     chunks_nearest,
     entities_nearest,
     entity_degrees,
+    identifier_terms,
     relation_ranks,
     relations_nearest,
     workspace_for_user,
@@ -140,6 +141,71 @@ def test_it_drops_rows_below_the_similarity_floor(workspace):
     found = entities_nearest(workspace=workspace, vector=near, k=10, min_similarity=0.5)
 
     assert [entity.name for entity in found] == ["Near"]
+
+
+def test_words_find_chunks_of_one_workspace_only_and_fuse_with_the_vector_ranking(workspace):
+    rng = np.random.default_rng(3)
+    query = random_vector(rng)
+    document = make_document(workspace)
+    nearest = make_chunk(document, order=0, text="Unrelated words about lunch.", embedding=query)
+    named = make_chunk(document, order=1, text="Set the SO_REUSEADDR option first.", embedding=random_vector(rng))
+    both = make_chunk(document, order=2, text="SO_REUSEADDR lets a server restart: set SO_REUSEADDR.", embedding=query)
+    other = make_workspace(slug="other")
+    make_chunk(make_document(other), text="SO_REUSEADDR in another workspace.", embedding=query)
+    for space in (workspace, other):
+        workspace_refresh_counts(workspace_id=space.pk)
+    workspace.refresh_from_db()
+
+    found = chunks_nearest(workspace=workspace, vector=query, k=3, text="What does SO_REUSEADDR do?")
+
+    # both: vector 2nd and words 1st; named: vector 3rd and words 2nd; nearest: vector 1st only.
+    assert [chunk.pk for chunk in found] == [both.pk, named.pk, nearest.pk]
+    assert [chunk.lexical_rank for chunk in found] == [1, 2, None]
+    assert found[0].document_title == document.title
+    assert [chunk.pk for chunk in chunks_nearest(workspace=workspace, vector=query, k=3, text="")][:2] == [
+        nearest.pk,
+        both.pk,
+    ]
+
+
+def test_only_identifier_like_words_search_the_text():
+    assert identifier_terms("What is the PYTHONSTARTUP variable for?") == "'pythonstartup'"
+    assert identifier_terms("Call setblocking(False), then functools.cmp_to_key and IPv4Interface") == (
+        "'setblocking' | 'functools.cmp_to_key' | 'ipv4interface'"
+    )
+    assert identifier_terms("Where does the name of Python come from?") == ""
+
+
+def test_a_name_finds_its_entity_exactly_then_names_holding_its_words(workspace):
+    rng = np.random.default_rng(4)
+    query = random_vector(rng)
+    near = make_entity(workspace, "Near", embedding=query)
+    exact = make_entity(workspace, "Ada Lovelace", embedding=random_vector(rng))
+    longer = make_entity(workspace, "Ada Lovelace Institute", embedding=random_vector(rng))
+    make_entity(workspace, "Lovelace", embedding=random_vector(rng))
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+
+    found = entities_nearest(workspace=workspace, vector=query, k=3, names=["ada lovelace"])
+
+    assert found[0].pk == exact.pk
+    assert found[0].exact
+    # "Lovelace" lacks a word of the name, so only its vector could bring it, and the vector's
+    # second and third places rank no higher than the name's second.
+    assert {entity.pk for entity in found} == {exact.pk, longer.pk, near.pk}
+    assert entities_nearest(workspace=workspace, vector=query, k=1, names=[])[0].pk == near.pk
+
+
+def test_neither_words_nor_names_find_what_is_not_published(workspace):
+    rng = np.random.default_rng(5)
+    query = random_vector(rng)
+    make_entity(workspace, "Ada Lovelace", embedding=None, published=False)
+    pending = make_chunk(make_document(workspace), text="SO_REUSEADDR is still in flight.", embedding=None)
+    workspace_refresh_counts(workspace_id=workspace.pk)
+    workspace.refresh_from_db()
+
+    assert entities_nearest(workspace=workspace, vector=query, k=3, names=["ada lovelace"]) == []
+    assert pending.pk not in [c.pk for c in chunks_nearest(workspace=workspace, vector=query, k=3, text="SO_REUSEADDR")]
 
 
 def test_it_gives_a_workspace_only_to_members_with_the_role(workspace, owner):

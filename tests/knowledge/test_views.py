@@ -1,7 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from knowledge.models import AuditEvent, EntityAlias, EntitySource, Membership, Role, Workspace
+from knowledge.models import AuditEvent, Chunk, Document, EntityAlias, EntitySource, Membership, Role, Workspace
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 
 
@@ -90,6 +90,35 @@ def test_it_highlights_the_requested_chunk_and_escapes_document_text(owner_clien
     assert f'<mark id="chunk-{chunk.pk}" class="cited">The cited part is here. O</mark>' in page
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_document_page_has_anchors_for_pages_and_sections_and_a_contents_box(owner_client, workspace):
+    from knowledge import parsing
+    from tests.knowledge.documents import pdf_report
+
+    parsed = parsing.parse_file("report.pdf", pdf_report())
+    document = make_document(workspace, title="report", text=parsed.text)
+    Document.objects.filter(pk=document.pk).update(structure=parsed.to_json())
+    start = document.text.index("Dual-level retrieval uses")
+    chunk = make_chunk(document, text=document.text[start : start + 20])
+    Chunk.objects.filter(pk=chunk.pk).update(
+        char_start=start,
+        char_end=start + 20,
+        location="p. 2",
+        anchor="page-2",
+        section="2 Method > 2.3 Dual-level retrieval",
+    )
+
+    page = owner_client.get(url("document", workspace, document.pk, chunk=chunk.pk)).content.decode()
+
+    for number in (1, 2, 3):
+        assert f'<span id="page-{number}" class="anchor region-start" data-label="page {number}"></span>' in page
+    for number in (1, 2, 3, 4):
+        assert f'id="section-{number}"' in page
+    assert '<a href="#section-3">2.3 Dual-level retrieval</a>' in page
+    assert f'<mark id="chunk-{chunk.pk}" class="cited">Dual-level retrieval</mark>' in page
+    assert '<a href="#page-2">p. 2</a>, 2 Method &gt; 2.3 Dual-level retrieval' in page
+    assert page.index('id="page-2"') < page.index('id="section-3"') < page.index("<mark")
 
 
 def test_it_shows_the_whole_document_without_a_chunk(owner_client, workspace):

@@ -25,13 +25,15 @@ class Command(BaseCommand):
         files = self._files(paths)
         tally = {"processed": 0, "failed": 0, "refused": 0}
         for path in files:
+            shown = str(path).encode("utf-8", "backslashreplace").decode()
             try:
                 document = ingestion.document_create(
                     workspace=target, filename=path.name, data=path.read_bytes(), enqueue=False
                 )
-            except ingestion.DocumentRejected as err:
+            except (ingestion.DocumentRejected, OSError) as err:
                 tally["refused"] += 1
-                self.stderr.write(f"refused  {path}: {err}")
+                reason = err if isinstance(err, ingestion.DocumentRejected) else f"could not be read ({err.strerror})"
+                self.stderr.write(f"refused  {shown}: {reason}")
                 continue
             document = self._ingest(document, path)
             tally[document.status if document.status == Document.Status.PROCESSED else "failed"] += 1
@@ -67,7 +69,8 @@ class Command(BaseCommand):
                 found = sorted(p for p in path.rglob("*") if p.is_file())
                 accepted = [p for p in found if p.suffix.lower() in parsing.ACCEPTED_TYPES]
                 for skipped in sorted(set(found) - set(accepted)):
-                    self.stderr.write(f"skipped  {skipped}: not one of {parsing.accepted_types()}")
+                    shown = str(skipped).encode("utf-8", "backslashreplace").decode()
+                    self.stderr.write(f"skipped  {shown}: not one of {parsing.accepted_types()}")
                 files += accepted
             elif path.is_file():
                 files.append(path)

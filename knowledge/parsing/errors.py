@@ -1,0 +1,2 @@
+class ParseError(ValueError):
+    """A refused file; the message is shown to the user as is."""
