@@ -91,7 +91,10 @@ def _wait_until_serving(url: str, process: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def browser_page():
+def browser_page(monkeypatch):
+    # Playwright's sync API runs an event loop in this thread, and Django then refuses ORM calls
+    # from it; the test's own queries (setup, polling the worker's progress) are plain sync code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     if not CHROMIUM.exists():
         pytest.skip(
             f"BROWSER TEST SKIPPED: {CHROMIUM} is missing. `make test` installs it with apt-get when run as root "

@@ -48,9 +48,7 @@ def test_a_small_upload_behind_a_large_one_is_processed_first_with_stages_shown(
 
         wait_for(memo_done, timeout=300, interval=0.5, what="the memo being processed")
         minutes.refresh_from_db()
-        page.wait_for_function(
-            "id => document.querySelector(`#document-${id}`)?.textContent.includes('processed')", arg=memo.pk
-        )
+        expect(page.locator(f"#document-{memo.pk}")).to_contain_text("processed")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "documents-small-before-large.png"), full_page=True)
         wait_for(lambda: Document.objects.get(pk=minutes.pk).status == "processed", timeout=600, what="the minutes")
