@@ -16,7 +16,7 @@ from knowledge.answer import (
 from knowledge.chunking import chunk_text
 from knowledge.llm import LLMError, Usage
 from knowledge.models import LLMCacheEntry
-from knowledge.parsing import html_to_text
+from knowledge.parsing import parse_file
 from knowledge.retrieval import ChunkRow, RetrievalResult, nlp_keywords, retrieve
 from knowledge.retrieval.context import build_citations
 from tests.knowledge.documents import HTML_PAGE, MARKDOWN_GUIDE, PDF_TEXT
@@ -187,7 +187,7 @@ def _collect_sync(stream) -> list[str]:
 
 DOCUMENTS = {
     "frobnicator.md": MARKDOWN_GUIDE,
-    "Debian package management": html_to_text(HTML_PAGE),
+    "Debian package management": parse_file("page.html", HTML_PAGE.encode()).text,
     "lightrag.pdf": PDF_TEXT,
 }
 QUESTIONS = [

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from knowledge.chunking import chunk_text
-from knowledge.parsing import html_to_text
+from knowledge.parsing import parse_file
 from knowledge.sentences import sentences
 from tests.knowledge.documents import HTML_PAGE, MARKDOWN_GUIDE, PDF_TEXT
 
@@ -17,7 +17,7 @@ def complete(text: str, **options) -> list[str]:
     return [sentence.text for sentence in sentences(text, **options) if sentence.complete]
 
 
-@pytest.mark.parametrize("text", [MARKDOWN_GUIDE, html_to_text(HTML_PAGE), PDF_TEXT])
+@pytest.mark.parametrize("text", [MARKDOWN_GUIDE, parse_file("page.html", HTML_PAGE.encode()).text, PDF_TEXT])
 def test_it_gives_every_complete_sentence_its_exact_span(text):
     found = [sentence for sentence in sentences(text) if sentence.complete]
 
@@ -48,7 +48,7 @@ def test_it_reads_only_the_prose_of_markdown():
 
 
 def test_it_reads_html_documentation_without_its_navigation_listing_or_table():
-    found = complete(html_to_text(HTML_PAGE))
+    found = complete(parse_file("page.html", HTML_PAGE.encode()).text)
 
     assert "The dpkg command installs a local package file and never resolves dependencies." in found
     assert "Use apt for interactive package management." in found
