@@ -245,37 +245,28 @@ def _sentence_span(request, chunk) -> tuple[int, int]:
 
 
 def _document_parts(structure: parsing.ParsedDocument, chunk, sentence: tuple[int, int] | None) -> list[dict]:
-    """The document's text cut where a page, slide, sheet or section starts (each an anchor a
-    citation can jump to: "page-4", "section-3"), around the highlighted chunk and around the
-    cited sentence inside it."""
-    anchors = {}
+    """The document's text as parts to print in order: text, an anchor where a page, slide, sheet
+    or section starts (a citation can jump to it: "page-4", "section-3"), and the opening and
+    closing of the highlighted chunk and of the cited sentence inside it."""
+    marks: dict[int, list[dict]] = {}
     for index, section in enumerate(structure.sections, 1):
-        anchors.setdefault(section.start, []).append((f"section-{index}", ""))
+        marks.setdefault(section.start, []).append({"anchor": f"section-{index}", "label": ""})
     for region in structure.regions:
         label = f"{region.kind} {region.name or region.number}"
-        anchors.setdefault(region.start, []).insert(0, (f"{region.kind}-{region.number}", label))
-    marked = (chunk.char_start, chunk.char_end) if chunk is not None else (0, 0)
-    said = sentence or (0, 0)
-    cuts = sorted({0, len(structure.text), *anchors, *marked, *said})
-    parts, first_mark, first_sentence = [], True, True
+        marks.setdefault(region.start, []).insert(0, {"anchor": f"{region.kind}-{region.number}", "label": label})
+    if chunk is not None:
+        # Closing before opening at one offset, and the sentence inside the chunk, keep them nested.
+        marks.setdefault(chunk.char_start, []).insert(0, {"open": "chunk"})
+        marks.setdefault(chunk.char_end, []).insert(0, {"close": "chunk"})
+        if sentence is not None and sentence[0] < sentence[1]:
+            marks.setdefault(sentence[0], []).append({"open": "sentence"})
+            marks.setdefault(sentence[1], []).insert(0, {"close": "sentence"})
+    cuts = sorted({0, len(structure.text), *marks})
+    parts = []
     for start, end in zip(cuts, cuts[1:] + [None], strict=True):
-        for anchor, label in anchors.get(start, []):
-            parts.append({"anchor": anchor, "label": label})
-        if end is None or end == start:
-            continue
-        inside = marked[0] <= start and end <= marked[1]
-        cited = said[0] <= start and end <= said[1]
-        parts.append(
-            {
-                "text": structure.text[start:end],
-                "marked": inside,
-                "mark_id": inside and first_mark,
-                "sentence": cited,
-                "sentence_id": cited and first_sentence,
-            }
-        )
-        first_mark = first_mark and not inside
-        first_sentence = first_sentence and not cited
+        parts += sorted(marks.get(start, []), key=lambda mark: 0 if "close" in mark else 1)
+        if end is not None and end > start:
+            parts.append({"text": structure.text[start:end]})
     return parts
 
 

@@ -5,6 +5,7 @@ and asserts on it, so a test that passes shows the situation it is about really 
 Timings are printed for the record, never asserted.
 """
 
+import asyncio
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ import time
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from knowledge import ingestion
 from knowledge.models import Chunk, Document
@@ -235,12 +236,13 @@ def test_two_worker_processes_ingest_overlapping_documents_at_once(openai_double
 def forget_broken_connections() -> None:
     """Close this process's connections the restart broke: this thread's, asgiref's thread's (where
     sync_to_async runs), and retrieval's pool threads'."""
-    from asgiref.sync import async_to_sync, sync_to_async
+    from asgiref.sync import sync_to_async
 
     from knowledge.retrieval.concurrent import close_connections
 
     connection.close()
-    async_to_sync(sync_to_async(connection.close))()
+    # Outside async_to_sync, thread-sensitive code runs on asgiref's one executor thread.
+    asyncio.run(sync_to_async(connections.close_all)())
     close_connections()
 
 
