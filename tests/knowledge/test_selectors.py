@@ -149,8 +149,7 @@ def test_the_index_scan_goes_on_until_it_has_a_small_workspaces_rows(db, setting
         for n in range(1501)
     )
     Relation.objects.bulk_create(
-        Relation(workspace=big, source=crowd[n], target=crowd[n + 1], embedding=random_vector(rng))
-        for n in range(1500)
+        Relation(workspace=big, source=crowd[n], target=crowd[n + 1], embedding=random_vector(rng)) for n in range(1500)
     )
     small = make_workspace(slug="small")
     entities = [make_entity(small, f"S{n}", embedding=random_vector(rng)) for n in range(5)]
