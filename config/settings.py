@@ -11,7 +11,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = BASE_DIR / ".data"
@@ -59,6 +59,10 @@ SUMMARY_MAX_TOKENS = env_int("SUMMARY_MAX_TOKENS", 1200, minimum=50)
 SUMMARY_MIN_TOKENS = env_int("SUMMARY_MIN_TOKENS", 400, minimum=0)
 VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
+# pgvector >= 0.8: a filtered HNSW scan goes on past ef_search until it has its k rows of the
+# workspace (or has visited HNSW_MAX_SCAN_TUPLES); see README "The embedded Postgres".
+HNSW_ITERATIVE_SCAN = env_choice("HNSW_ITERATIVE_SCAN", "relaxed_order", ("off", "relaxed_order", "strict_order"))
+HNSW_MAX_SCAN_TUPLES = env_int("HNSW_MAX_SCAN_TUPLES", 20000, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)
 UPLOAD_MAX_MB = env_int("UPLOAD_MAX_MB", 50, minimum=1)
 # Parsing limits: each refuses a file with a message instead of letting it exhaust a worker.
@@ -100,9 +104,13 @@ def _database() -> dict:
         from config.embedded_postgres import embedded_database
 
         config = embedded_database(DATA_DIR / "postgres")
-    # Filtered HNSW scans (pgvector < 0.8 has no iterative scan) need a wider beam to
-    # keep recall when the workspace filter discards most candidates.
-    config.setdefault("OPTIONS", {})["options"] = f"-c hnsw.ef_search={HNSW_EF_SEARCH}"
+    # Per connection, so they cost no query. A filtered HNSW scan needs a wide beam and, where
+    # pgvector has them (0.8), iterative scans to keep recall when the workspace filter discards
+    # most candidates. An older pgvector ignores the settings it lacks, with a notice.
+    config.setdefault("OPTIONS", {})["options"] = (
+        f"-c hnsw.ef_search={HNSW_EF_SEARCH} -c hnsw.iterative_scan={HNSW_ITERATIVE_SCAN} "
+        f"-c hnsw.max_scan_tuples={HNSW_MAX_SCAN_TUPLES}"
+    )
     config["TEST"] = {"NAME": f"test_{config['NAME']}{env_str('TEST_DB_SUFFIX')}"}
     return config
 

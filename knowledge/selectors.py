@@ -74,14 +74,14 @@ def _nearest(
     queryset = (
         queryset.exclude(embedding=None).defer("embedding").annotate(distance=CosineDistance("embedding", vector))
     )
-    # pgvector < 0.8 filters HNSW results after the scan, so a small workspace in a big
-    # table can come back short. Below the threshold an exact scan over the workspace's
-    # rows is both correct and fast; ordering by an expression the index cannot serve
-    # (distance + 0) is what makes the planner choose it.
+    # Below the threshold an exact scan over the workspace's rows is both right and fast;
+    # ordering by an expression the index cannot serve (distance + 0) is what makes the planner
+    # choose it. Above it the HNSW index answers, scanning on until it has k rows of the
+    # workspace (iterative scans, see settings); in relaxed order, so the rows are sorted here.
     if size <= settings.VECTOR_EXACT_SCAN_MAX:
         rows = list(queryset.order_by(F("distance") + 0.0, "pk")[:k])
     else:
-        rows = list(queryset.order_by("distance")[:k])
+        rows = sorted(queryset.order_by("distance")[:k], key=lambda row: (row.distance, row.pk))
     # The rows come nearest first, so the similarity floor keeps a prefix of them: applied
     # here it gives the same rows as in SQL, without sending the vector twice.
     if min_similarity is not None:

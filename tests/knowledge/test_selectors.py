@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
 from django.contrib.auth.models import AnonymousUser
+from django.db import connection
 from django.http import Http404
+from django.test.utils import CaptureQueriesContext
 
-from knowledge.models import Role
+from knowledge.models import Entity, Relation, Role
 from knowledge.selectors import (
     chunks_nearest,
     entities_nearest,
@@ -130,6 +132,51 @@ def test_it_finds_the_true_nearest_rows_of_one_workspace_among_ten(
         # HNSW is approximate, and random 384-d vectors (all nearly equidistant) are its worst
         # case; the filtered scan must still bring back the workspace's rows, mostly the best.
         assert len({row.pk for row in found} & set(true_nearest)) >= 4
+
+
+@pytest.mark.parametrize(
+    ("selector", "k"), [(entities_nearest, 5), (relations_nearest, 4)], ids=["entities", "relations"]
+)
+def test_the_index_scan_goes_on_until_it_has_a_small_workspaces_rows(db, settings, selector, k):
+    # The path of a workspace above the threshold, on the HNSW index, for a workspace whose rows
+    # are 5 of 1,506 (4 of 1,504 relations): the first hnsw.ef_search (200) candidates hold about one of them, which is
+    # all pgvector < 0.8 returned. Iterative scans (settings.HNSW_ITERATIVE_SCAN) find them all.
+    settings.VECTOR_EXACT_SCAN_MAX = 0
+    rng = np.random.default_rng(11)
+    big = make_workspace(slug="big")
+    crowd = Entity.objects.bulk_create(
+        Entity(workspace=big, name=f"B{n}", key=f"b{n}", type="concept", embedding=random_vector(rng))
+        for n in range(1501)
+    )
+    Relation.objects.bulk_create(
+        Relation(workspace=big, source=crowd[n], target=crowd[n + 1], embedding=random_vector(rng)) for n in range(1500)
+    )
+    small = make_workspace(slug="small")
+    entities = [make_entity(small, f"S{n}", embedding=random_vector(rng)) for n in range(5)]
+    for n in range(4):
+        make_relation(entities[n], entities[n + 1], embedding=random_vector(rng))
+    workspace_refresh_counts(workspace_id=small.pk)
+    small.refresh_from_db()
+    with connection.cursor() as cursor:
+        # Small as it is, the planner would read the workspace's rows; this leaves it the index.
+        cursor.execute("SET LOCAL enable_sort = off")
+
+    with CaptureQueriesContext(connection) as queries:
+        found = selector(workspace=small, vector=random_vector(rng), k=k)
+
+    assert len(queries) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries[0]["sql"])
+        assert "_embedding_hnsw" in " ".join(row[0] for row in cursor.fetchall())
+    assert len(found) == k
+    assert {row.workspace_id for row in found} == {small.pk}
+    assert [row.distance for row in found] == sorted(row.distance for row in found)
+
+
+def test_every_connection_scans_hnsw_iteratively(db, settings):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.max_scan_tuples')")
+        assert cursor.fetchone() == (settings.HNSW_ITERATIVE_SCAN, str(settings.HNSW_MAX_SCAN_TUPLES))
 
 
 def test_it_drops_rows_below_the_similarity_floor(workspace):
