@@ -97,7 +97,7 @@ class Batcher(Generic[Item, Result]):
             results = list(self._call(items))
             if len(results) != len(items):
                 raise RuntimeError(f"{self._name}: {len(results)} results for {len(items)} items")
-        except Exception as exc:
+        except BaseException as exc:  # whatever ends the call ends it for every caller; none waits forever
             for waiter in batch:
                 waiter.future.set_exception(exc)
             return
