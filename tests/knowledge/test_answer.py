@@ -342,3 +342,19 @@ def test_it_points_a_models_citation_at_the_sentence_that_supports_it():
     assert [citation["sentence"] for row_id, citation in cited.items() if row_id not in {"S1", row.id}] == [None] * (
         len(cited) - 2
     )
+
+
+def test_answers_found_on_several_threads_at_once_stem_their_words_alike():
+    # Citations are found on pool threads, one per answer; a stemmer shared between them mixed
+    # up their words (an IndexError under 50 simultaneous askers).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from knowledge.answer import _terms
+
+    texts = [f"The engineers were designing {n} calculating engines and publishing algorithms" for n in range(400)]
+    alone = [_terms(text) for text in texts]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(_terms, texts))
+
+    assert together == alone

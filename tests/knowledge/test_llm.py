@@ -1,5 +1,7 @@
 import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from django.db import connections
 from knowledge import llm
 from knowledge.models import LLMCacheEntry
 from tests.openai_double import EMBEDDINGS_PATH, deterministic_vector
+from tests.processes import wait_for
 
 MESSAGES = [{"role": "user", "content": "Say hello to the team"}]
 
@@ -183,6 +186,87 @@ def test_a_wrong_embedding_dimension_says_how_to_fix_it(openai_double, settings)
 
     with pytest.raises(llm.LLMError, match=f"EMBEDDING_DIM={settings.EMBEDDING_DIM + 1}"):
         llm.embed(["alpha"], purpose="passage")
+
+
+def _held_embeddings(double) -> threading.Event:
+    """The double's first embeddings request holds until the returned event is set."""
+    release = threading.Event()
+    plain = double.embedding_handler
+
+    def handler(text: str) -> list[float]:
+        if text == "held":
+            assert release.wait(30)
+        return plain(text)
+
+    double.embedding_handler = handler
+    return release
+
+
+def _ask_together(double, questions: list[list[str]], release: threading.Event, *, then=lambda: None) -> list:
+    """Each question's query texts embedded on a thread of its own while a first request is held;
+    `then` runs once they are all under way, before the held request is let go."""
+    started = threading.Semaphore(0)
+
+    def one(texts):
+        started.release()
+        usage = llm.Usage()
+        try:
+            return llm.embed(texts, purpose="query", usage=usage), usage
+        except llm.LLMError as exc:
+            return exc, usage
+
+    with ThreadPoolExecutor(max_workers=len(questions) + 1) as pool:
+        held = pool.submit(llm.embed, ["held"], purpose="query")
+        wait_for(lambda: double.embedding_requests(), timeout=30, what="the held request")
+        answers = [pool.submit(one, texts) for texts in questions]
+        for _ in questions:
+            assert started.acquire(timeout=30)
+        then()
+        release.set()
+        held.result(30)
+        return [answer.result(30) for answer in answers]
+
+
+def test_concurrent_questions_share_embeddings_requests_and_each_gets_its_own_vectors(openai_double, settings):
+    release = _held_embeddings(openai_double)
+    questions = [[f"low {n}", f"high {n}", f"question number {n}"] for n in range(10)]
+    questions[9][1] = "high 0"  # the same keywords in two questions
+
+    answers = _ask_together(openai_double, questions, release)
+
+    requests = openai_double.embedding_requests()
+    assert len(requests) < 1 + len(questions)
+    assert sum(request.body["input"].count("high 0") for request in requests) <= 2
+    for texts, (vectors, usage) in zip(questions, answers, strict=True):
+        expected = [deterministic_vector(text, settings.EMBEDDING_DIM) for text in texts]
+        assert np.allclose(vectors, expected, atol=1e-6)
+        assert usage.calls == 1
+        assert usage.prompt_tokens > 0
+
+
+def test_a_failed_embeddings_request_fails_every_question_waiting_on_it(openai_double):
+    release = _held_embeddings(openai_double)
+    questions = [[f"question {n}"] for n in range(6)]
+
+    def refuse():
+        openai_double.fail(1, status=401, path=EMBEDDINGS_PATH)
+
+    answers = _ask_together(openai_double, questions, release, then=refuse)
+
+    assert all(isinstance(answer, llm.LLMError) and "EMBEDDING_API_KEY" in str(answer) for answer, _ in answers)
+    assert len(openai_double.embedding_requests()) < 1 + len(questions)
+
+
+def test_concurrent_queries_on_the_embedded_model_get_the_vectors_they_get_alone(settings):
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    questions = [[f"who works for company {n}?", f"company {n}", "employment"] for n in range(6)]
+    alone = [llm.embed(texts, purpose="query") for texts in questions]
+
+    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
+        together = list(pool.map(lambda texts: llm.embed(texts, purpose="query"), questions))
+
+    for vectors, expected in zip(together, alone, strict=True):
+        assert np.allclose(vectors, expected, atol=1e-3)
 
 
 def test_the_embedded_model_gives_normalized_384_d_vectors_with_query_and_passage_distinct(settings):
