@@ -145,6 +145,10 @@ def test_the_command_writes_each_format_to_a_file(graph, tmp_path):
     assert loaded.number_of_nodes() == graph.entity_count
 
 
+def _close_connection():
+    connection.close()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_under_asgi_the_export_streams_from_a_thread_of_its_own(graph, owner):
     from asgiref.sync import sync_to_async
@@ -161,4 +165,4 @@ async def test_under_asgi_the_export_streams_from_a_thread_of_its_own(graph, own
     loaded = nx.read_graphml(io.BytesIO(content))
     assert (loaded.number_of_nodes(), loaded.number_of_edges()) == (workspace.entity_count, workspace.relation_count)
     # The view's permission check ran on asgiref's thread, whose connection would outlive the test database.
-    await sync_to_async(connection.close)()
+    await sync_to_async(_close_connection)()
