@@ -168,7 +168,7 @@ def _provenance_row(kind: str, row_id: int, row_name: str, row: dict, **extra) -
 
 
 @contextmanager
-def _snapshot():
+def read_snapshot():
     """One consistent view of the graph for the whole export (a request's first query starts it)."""
     if connection.in_atomic_block:
         # Already inside a transaction (a caller's, or a test's): its view is the snapshot.
@@ -231,7 +231,7 @@ def _graphml_pieces(workspace: Workspace) -> Iterator[str]:
     for key, domain, name, kind in GRAPHML_KEYS:
         yield f'  <key id="{key}" for="{domain}" attr.name="{name}" attr.type="{kind}"/>\n'
     yield f"  <graph id={quoteattr(_NOT_XML.sub('', workspace.slug))} edgedefault=\"undirected\">\n"
-    with _snapshot():
+    with read_snapshot():
         for row in _entities(workspace):
             fields = (
                 _data("n_label", row["name"]),
@@ -275,7 +275,7 @@ def _json_pieces(workspace: Workspace) -> Iterator[str]:
         },
     }
     yield json.dumps(header)[:-1]
-    with _snapshot():
+    with read_snapshot():
         yield ', "nodes": ['
         for index, row in enumerate(_entities(workspace)):
             node = {
@@ -392,7 +392,7 @@ def _csv_tables(workspace: Workspace) -> Iterator[tuple[str, tuple[str, ...], It
 def graph_csv_zip(workspace: Workspace) -> Iterator[bytes]:
     """entities.csv, relations.csv and provenance.csv in one zip, written as it streams (no seeking)."""
     drain = _Drain()
-    with zipfile.ZipFile(drain, "w", compression=zipfile.ZIP_DEFLATED) as archive, _snapshot():
+    with zipfile.ZipFile(drain, "w", compression=zipfile.ZIP_DEFLATED) as archive, read_snapshot():
         for name, columns, rows in _csv_tables(workspace):
             # force_zip64: the size is unknown when the entry starts, and may pass 2 GiB.
             with archive.open(name, "w", force_zip64=True) as member:
