@@ -78,9 +78,7 @@ def _entities(workspace: Workspace) -> Iterator[dict]:
 
 def _relations(workspace: Workspace) -> Iterator[dict]:
     rows = (
-        Relation.objects.filter(
-            workspace=workspace, published=True, source__published=True, target__published=True
-        )
+        Relation.objects.filter(workspace=workspace, published=True, source__published=True, target__published=True)
         .annotate(source_count=_source_count(RelationSource, "relation"))
         .order_by("pk")
         .values(
@@ -230,7 +228,7 @@ def _graphml_pieces(workspace: Workspace) -> Iterator[str]:
     )
     for key, domain, name, kind in GRAPHML_KEYS:
         yield f'  <key id="{key}" for="{domain}" attr.name="{name}" attr.type="{kind}"/>\n'
-    yield f"  <graph id={quoteattr(_NOT_XML.sub('', workspace.slug))} edgedefault=\"undirected\">\n"
+    yield f'  <graph id={quoteattr(_NOT_XML.sub("", workspace.slug))} edgedefault="undirected">\n'
     with read_snapshot():
         for row in _entities(workspace):
             fields = (

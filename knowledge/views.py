@@ -6,9 +6,9 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.db.models import Count
-from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse

@@ -115,9 +115,7 @@ def workspace_backup(*, workspace: Workspace, path: str | Path, conversations: b
                 "workspace": {"slug": workspace.slug, "name": workspace.name},
                 "embedding": {"model": llm.embedding_model_name(), "dimensions": vector_dimensions()},
                 "conversations": conversations,
-                "counts": {
-                    table.name: members[table.member]["rows"] for table in TABLES if table.member in members
-                },
+                "counts": {table.name: members[table.member]["rows"] for table in TABLES if table.member in members},
                 "missing_files": missing,
                 "members": members,
             }

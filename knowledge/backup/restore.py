@@ -210,9 +210,7 @@ def _allocate(model, count: int) -> list[int]:
     """`count` fresh ids from the table's own sequence, so later rows made here never collide."""
     table = model._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, count]
-        )
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, count])
         return sorted(row[0] for row in cursor.fetchall())
 
 
@@ -399,9 +397,7 @@ def workspace_restore(*, path: str | Path, slug: str | None = None, owner=None) 
                     restored[table.name] = inserter.count
                 workspace_refresh_counts(workspace_id=workspace.pk)
                 if owner is not None:
-                    Membership.objects.update_or_create(
-                        workspace=workspace, user=owner, defaults={"role": Role.OWNER}
-                    )
+                    Membership.objects.update_or_create(workspace=workspace, user=owner, defaults={"role": Role.OWNER})
                 workspace.refresh_from_db()
                 audit_record(
                     workspace=workspace,
