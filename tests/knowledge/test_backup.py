@@ -21,18 +21,21 @@ from knowledge.llm import Usage
 from knowledge.models import (
     AuditEvent,
     Chunk,
+    ChunkExtraction,
     Document,
     Entity,
     EntityDegree,
+    GraphRebuild,
     LLMCacheEntry,
     MergeLog,
+    PendingVector,
     Relation,
     Workspace,
 )
 from knowledge.retrieval import retrieve
 from knowledge.services import workspace_delete
 from tests.factories import make_user
-from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer, graph_dump
+from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer, graph_dump, meetings, parts, small_chunks
 
 pytestmark = pytest.mark.django_db
 
@@ -419,3 +422,52 @@ def test_the_manifest_says_what_the_archive_holds(corpus, tmp_path):
         first = json.loads(archive.read("tables/chunks.jsonl").splitlines()[0])
     assert len(first["embedding"]) == 384
     assert all(isinstance(value, float) for value in first["embedding"])
+
+
+def test_an_interrupted_document_restored_resumes_where_it_stopped(openai_double, workspace, settings, media, tmp_path):
+    settings.LLM_MAX_RETRIES = 0
+    settings.LLM_MAX_CONCURRENCY = 4  # batches of 8 chunks
+    small_chunks(workspace)
+    answered = []
+
+    def failing_after_first_batch(body):
+        if len(answered) >= 16:  # 8 extractions + 8 gleanings
+            raise RuntimeError("model crashed")
+        answered.append(body)
+        return meetings(body)
+
+    openai_double.reply(failing_after_first_batch)
+    document = ingestion.document_create(
+        workspace=workspace, filename="parts.txt", data=parts(count=16).encode(), enqueue=False
+    )
+    with pytest.raises(ingestion.IngestInterrupted):
+        ingestion.document_ingest(document_id=document.pk)
+    Document.objects.filter(pk=document.pk).update(next_attempt_at=document.created_at)
+    shared = Entity.objects.get(workspace=workspace, key="shared person")
+    GraphRebuild.objects.create(workspace=workspace, entity_ids=[shared.pk], reason="a test's rebuild")
+    assert PendingVector.objects.filter(document=document).exists()
+    assert not shared.published
+    path = tmp_path / "parts.zip"
+    workspace_backup(workspace=workspace, path=path)
+    copy = workspace_restore(path=path, slug="parts-copy").workspace
+    copied = Document.objects.get(workspace=copy)
+    assert copied.lease_owner == "" and copied.lease_expires_at is None
+    assert GraphRebuild.objects.get(workspace=copy).entity_ids == [
+        Entity.objects.get(workspace=copy, key="shared person").pk
+    ]
+    openai_double.reply(meetings)
+    calls = {}
+
+    for target in (document, copied):
+        LLMCacheEntry.objects.all().delete()  # the copy may not profit from replies the original cached
+        openai_double.clear()
+        done = ingestion.document_ingest(document_id=target.pk)
+        assert done.status == "processed"
+        calls[target.workspace_id] = (len(openai_double.chat_requests()), len(openai_double.embedding_requests()))
+
+    assert graph_dump(copy) == graph_dump(workspace)
+    # Both ask only for the chunks not extracted before the interruption (an extraction and a
+    # gleaning each), never again for the first eight.
+    assert calls[copy.pk] == calls[workspace.pk]
+    assert calls[copy.pk][0] < 2 * copied.chunk_count - 8
+    assert ChunkExtraction.objects.filter(chunk__document=copied).count() == copied.chunk_count
