@@ -451,7 +451,7 @@ def test_an_interrupted_document_restored_resumes_where_it_stopped(openai_double
     workspace_backup(workspace=workspace, path=path)
     copy = workspace_restore(path=path, slug="parts-copy").workspace
     copied = Document.objects.get(workspace=copy)
-    assert copied.lease_owner == "" and copied.lease_expires_at is None
+    assert (copied.lease_owner, copied.lease_expires_at) == ("", None)
     assert GraphRebuild.objects.get(workspace=copy).entity_ids == [
         Entity.objects.get(workspace=copy, key="shared person").pk
     ]
