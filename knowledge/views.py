@@ -6,14 +6,15 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.db.models import Count
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import events, ingestion, llm, parsing, selectors, services
+from knowledge import events, export, ingestion, llm, parsing, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -368,8 +369,26 @@ def _graph_limit(request) -> int:
 @require_GET
 def graph(request, slug):
     workspace = _workspace(request, slug)
-    context = _context(workspace, limit=_graph_limit(request), max_nodes=GRAPH_MAX_NODES)
+    context = _context(
+        workspace, limit=_graph_limit(request), max_nodes=GRAPH_MAX_NODES, export_formats=export.FORMATS.values()
+    )
     return render(request, "knowledge/graph.html", context)
+
+
+@login_required
+@require_GET
+def graph_export(request, slug, format):  # noqa: A002 - the URL's name for it
+    workspace = _workspace(request, slug)
+    chosen = export.FORMATS.get(format)
+    if chosen is None:
+        raise Http404("No such export format.")
+    blocks = chosen.write(workspace)
+    # Under daphne the blocks are read on a thread of their own, so the download streams;
+    # a WSGI server (and the test client) iterates them in the request's thread.
+    content = export.on_own_thread(blocks) if isinstance(request, ASGIRequest) else blocks
+    response = StreamingHttpResponse(content, content_type=chosen.content_type)
+    response["Content-Disposition"] = f'attachment; filename="{export.export_filename(workspace, chosen)}"'
+    return response
 
 
 @login_required

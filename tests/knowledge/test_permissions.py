@@ -59,6 +59,7 @@ CASES: dict[str, list[Case]] = {
     "knowledge:entity": [Case(args=("slug", "entity"))],
     "knowledge:graph": [Case()],
     "knowledge:graph_json": [Case()],
+    "knowledge:graph_export": [Case(args=("slug", export_format)) for export_format in ("graphml", "csv", "json")],
     "knowledge:members": [Case(min_role=Role.OWNER)],
     "knowledge:member_add": [Case(method="post", min_role=Role.OWNER, data={"identifier": "x", "role": "viewer"})],
     "knowledge:member_role": [
@@ -137,6 +138,7 @@ def world(db, settings):
         "chunk": chunk.pk,
         "entity": entity.pk,
         "viewer_membership": Membership.objects.get(user=viewer, workspace=workspace).pk,
+        **{export_format: export_format for export_format in ("graphml", "csv", "json")},
     }
     users = {Role.OWNER: owner, Role.EDITOR: editor, Role.VIEWER: viewer, "stranger": stranger}
     return {"values": values, "users": users}
