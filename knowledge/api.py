@@ -15,7 +15,6 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from knowledge.api_tokens import user_for_api_token
 from knowledge.asking import (
     AskDenied,
     AskEvent,
@@ -28,6 +27,7 @@ from knowledge.asking import (
     ask_stream,
     workspace_for_asking,
 )
+from knowledge.bearer import CHALLENGE, abearer_user
 
 _ERROR_STATUS = {"model": 502, "internal": 500}
 
@@ -35,7 +35,7 @@ _ERROR_STATUS = {"model": 502, "internal": 500}
 def _error(status: int, message: str) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        response["WWW-Authenticate"] = CHALLENGE
     return response
 
 
@@ -54,13 +54,8 @@ async def _authenticate(request):
     """(user, None) or (None, an error response). A token needs no CSRF token; a session does."""
     header = request.headers.get("Authorization", "")
     if header:
-        scheme, _, secret = header.partition(" ")
-        if scheme.casefold() != "bearer" or not secret.strip():
-            return None, _error(401, "Send the API token as 'Authorization: Bearer <token>'.")
-        user = await sync_to_async(user_for_api_token)(secret.strip())
-        if user is None:
-            return None, _error(401, "This API token is not valid (revoked, mistyped, or its user is inactive).")
-        return user, None
+        bearer = await abearer_user(header)
+        return (bearer.user, None) if bearer.user is not None else (None, _error(401, bearer.error))
     user = await request.auser()
     if not user.is_authenticated:
         return None, _error(401, "Log in, or send an API token as 'Authorization: Bearer <token>'.")
