@@ -25,6 +25,7 @@ from knowledge.asking import (
     TokenEvent,
     ask_request_from_json,
     ask_stream,
+    check_flag,
     workspace_for_asking,
 )
 from knowledge.bearer import CHALLENGE, abearer_user
@@ -69,15 +70,6 @@ def _line(event: dict) -> bytes:
     return (json.dumps(event, ensure_ascii=False) + "\n").encode()
 
 
-def _flag(body: dict, name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise AskInvalid(f"'{name}' must be true or false, got {value!r}.")
-    return value
-
-
 async def _ndjson(first: dict, events: AsyncIterator[AskEvent]) -> AsyncIterator[bytes]:
     yield _line({"type": "retrieval", **first})
     async with aclosing(events):
@@ -105,7 +97,7 @@ async def query(request, slug: str):
         return _error(400, 'The body must be a JSON object, e.g. {"question": "...", "mode": "mix"}.')
     try:
         ask = ask_request_from_json(body, also=("stream",))
-        stream = _flag(body, "stream")
+        stream = check_flag("stream", body.get("stream"))
         workspace = await sync_to_async(workspace_for_asking)(user=user, slug=slug, mode=ask.mode)
     except AskInvalid as invalid:
         return _error(400, str(invalid))
