@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from contextlib import aclosing
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -80,7 +81,7 @@ def _workspace(user, slug: str):
 
 
 @server.tool()
-async def list_workspaces(ctx: Context) -> list[dict]:
+async def list_workspaces(ctx: Context) -> list[dict[str, Any]]:
     """The workspaces you may use: slug (what the other tools take), name, your role, and counts."""
 
     def read(user):
@@ -100,7 +101,7 @@ async def list_workspaces(ctx: Context) -> list[dict]:
 @server.tool()
 async def ask(
     workspace: str, question: str, ctx: Context, mode: str = DEFAULT_MODE, top_k: int = DEFAULT_TOP_K
-) -> dict:
+) -> dict[str, Any]:
     """Ask a workspace a question. The answer cites its sources as [S1] (passages), [E1]
     (entities) and [R1] (relations); `sources` lists the cited rows with their documents.
     mode: mix (default: graph and passages), hybrid, local (entities), global (relations),
@@ -136,7 +137,9 @@ def _base_url(ctx: Context) -> str:
 
 
 @server.tool()
-async def search_entities(workspace: str, query: str, ctx: Context, type: str = "", limit: int = 20) -> list[dict]:
+async def search_entities(
+    workspace: str, query: str, ctx: Context, type: str = "", limit: int = 20
+) -> list[dict[str, Any]]:
     """Entities of a workspace's graph whose name or alias contains `query` (any case), best
     connected first: id (for get_entity), name, type, degree, how many documents mention it, and
     the start of its description. `type` keeps one entity type (person, organization, ...)."""
@@ -165,7 +168,7 @@ def _opening(text: str, words: int = 60) -> str:
 
 
 @server.tool()
-async def get_entity(workspace: str, entity_id: int, ctx: Context) -> dict:
+async def get_entity(workspace: str, entity_id: int, ctx: Context) -> dict[str, Any]:
     """One entity with its whole description, aliases, relations (strongest first, with the entity
     at the other end) and sources (the passages it was extracted from, with what each said)."""
 
@@ -213,7 +216,7 @@ async def get_entity(workspace: str, entity_id: int, ctx: Context) -> dict:
 @server.tool()
 async def list_documents(
     workspace: str, ctx: Context, status: str = "", query: str = "", limit: int = 50
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """A workspace's documents, newest first: id, title, file name, status (pending, processing,
     processed, failed), the error of a failed one, and counts. `query` matches title or file
     name; `status` keeps one status."""
@@ -243,7 +246,7 @@ async def list_documents(
 
 
 @server.tool()
-async def read_chunk(workspace: str, chunk_id: int, ctx: Context) -> dict:
+async def read_chunk(workspace: str, chunk_id: int, ctx: Context) -> dict[str, Any]:
     """One passage (chunk) of a document: its text, document, section, page and position. Answers
     and entities name chunk ids in their sources."""
 

@@ -72,8 +72,10 @@ def served_team(transactional_db, served, served_double):
     workspace = make_workspace(slug="acme", name="Acme", members={owner: Role.OWNER})
     make_workspace(slug="hidden", name="Hidden", members={stranger: Role.OWNER})
     make_workspace(slug="empty", name="Empty", members={owner: Role.VIEWER})
-    build_team_graph(workspace)
+    entities, _relations, chunks = build_team_graph(workspace)
     return {
+        "entities": entities,
+        "chunks": chunks,
         "url": served.url,
         "workspace": workspace,
         "token": api_token_create(user=owner, name="tests")[1],
