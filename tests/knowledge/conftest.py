@@ -46,6 +46,7 @@ def served_double(served_model):
     served_model.clear()
     served_model.reply(answers)
     served_model.token_delay = 0.0
+    served_model.hold_last_token = None
     return served_model
 
 

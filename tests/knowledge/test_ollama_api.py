@@ -1,6 +1,7 @@
 """The Ollama-compatible API, driven by the `ollama` client against daphne."""
 
 import json
+import threading
 
 import httpx
 import ollama
@@ -13,8 +14,9 @@ from tests.knowledge.conftest import ANSWER, QUESTION_TEXT
 from tests.knowledge.team_graph import ask as retrieve_team
 
 
-def client(served_team, token=None) -> ollama.Client:
-    return ollama.Client(host=served_team["url"], headers={"Authorization": f"Bearer {token or served_team['token']}"})
+def client(served_team, token=None, **options) -> ollama.Client:
+    headers = {"Authorization": f"Bearer {token or served_team['token']}"}
+    return ollama.Client(host=served_team["url"], headers=headers, **options)
 
 
 def chat(served_team, content=QUESTION_TEXT, model="acme:latest", **options):
@@ -54,6 +56,23 @@ def test_it_streams_a_chat_answer_as_ndjson_with_the_sources_last(served_team):
     assert answer == ANSWER
     assert sources.startswith("1. [S2] Team notes <http://")
     assert parts[-1].eval_count > 0
+
+
+def test_it_streams_each_token_as_the_model_sends_it(served_team, served_double):
+    served_double.hold_last_token = hold = threading.Event()
+    # Were the answer buffered, nothing would arrive while the model holds its last token, and
+    # the read would time out.
+    parts = client(served_team, timeout=30).chat(
+        model="acme:latest", messages=[{"role": "user", "content": QUESTION_TEXT}], stream=True
+    )
+
+    received = ""
+    for part in parts:
+        received += part.message.content
+        if received == ANSWER.rsplit(" ", 1)[0] + " ":
+            hold.set()
+    assert hold.is_set()
+    assert received.startswith(ANSWER + SOURCES_HEADING)
 
 
 def test_it_answers_a_chat_whole_when_not_streaming_and_reports_its_sources_in_a_field(served_team):

@@ -1,5 +1,7 @@
 """The OpenAI-compatible API, driven by the official `openai` client against daphne."""
 
+import threading
+
 import openai
 import pytest
 
@@ -74,6 +76,23 @@ def test_it_streams_server_sent_events_with_the_sources_and_usage_at_the_end(ser
     assert chunks[-1].choices == []
     assert chunks[-1].usage.completion_tokens > 0
     assert len({chunk.id for chunk in chunks}) == 1
+
+
+def test_it_streams_each_token_as_the_model_sends_it(served_team, served_double):
+    served_double.hold_last_token = hold = threading.Event()
+    # Were the answer buffered, nothing would arrive while the model holds its last token, and
+    # the read would time out.
+    stream = client(served_team, timeout=30).chat.completions.create(
+        model="acme", messages=[{"role": "user", "content": QUESTION_TEXT}], stream=True
+    )
+
+    received = ""
+    for chunk in stream:
+        received += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        if received == ANSWER.rsplit(" ", 1)[0] + " ":
+            hold.set()
+    assert hold.is_set()
+    assert received.startswith(ANSWER + SOURCES_HEADING)
 
 
 def test_it_passes_earlier_turns_as_history_without_their_sources(served_team, served_double):
