@@ -294,6 +294,7 @@ class McpApp:
 
     def __init__(self):
         self._running: asyncio.Event | None = None
+        # The event loop holds tasks weakly; this reference keeps the manager's task alive.
         self._task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
