@@ -209,8 +209,10 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
         if options is not None and not isinstance(options, dict):
             raise AskInvalid("'options' must be an object.")
         question, history = asked(body)
-        # Our answer options ride in Ollama's `options` object, next to the sampling ones we ignore.
-        ask = chat_request(model=model, question=question, history=history, options=options)
+        # Our answer options ride in Ollama's `options` object, next to the sampling ones we
+        # ignore; its `top_k` is one of those (top-k sampling), not our graph rows per search.
+        ours = {name: value for name, value in (options or {}).items() if name != "top_k"}
+        ask = chat_request(model=model, question=question, history=history, options=ours)
         # Ollama streams unless told not to.
         stream = check_flag("stream", body.get("stream"), default=True)
         workspace = await sync_to_async(workspace_for_asking)(user=user, slug=model.slug, mode=ask.mode)

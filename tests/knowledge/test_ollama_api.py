@@ -163,7 +163,11 @@ def test_it_refuses_bad_tokens_and_hides_other_workspaces(served_team):
     [
         ({"model": "acme:deep", "messages": [{"role": "user", "content": "Hi"}]}, 404, "model 'acme:deep' not found"),
         ({"model": "acme", "messages": [{"role": "assistant", "content": "Hi"}]}, 400, "The last message must be"),
-        ({"model": "acme", "messages": [{"role": "user", "content": "Hi"}], "options": {"top_k": 0}}, 400, "'top_k'"),
+        (
+            {"model": "acme", "messages": [{"role": "user", "content": "Hi"}], "options": {"chunk_top_k": 0}},
+            400,
+            "'chunk_top_k' must be a whole number from 1 to 200",
+        ),
         ({"model": "acme", "messages": [{"role": "user", "content": "Hi"}], "stream": "no"}, 400, "'stream' must be"),
         ({"model": "empty", "messages": [{"role": "user", "content": "Hi"}]}, 409, "no documents yet"),
     ],
@@ -177,6 +181,14 @@ def test_it_refuses_bad_requests_with_an_error_ollama_clients_read(served_team, 
 
     assert response.status_code == status
     assert message in response.json()["error"]
+
+
+def test_ollamas_sampling_top_k_is_not_our_graph_rows_per_search(served_team, served_double):
+    reply = chat(served_team, stream=False, options={"top_k": 1})
+
+    assert reply.message.content.startswith(ANSWER)
+    prompt = served_double.chat_requests()[-1].messages[0]["content"]
+    assert retrieve_team(served_team["workspace"], mode="mix").context in prompt
 
 
 def test_a_model_failing_midway_is_an_error_line_the_client_raises(served_team, served_double):
