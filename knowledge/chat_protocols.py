@@ -105,15 +105,13 @@ def chat_request(
     options = dict(options or {})
     mode, context_only = model.mode, False
     found = _PREFIX.match(question)
-    word = found.group("word") if found else None
     # "/[form] question" sets only the form; a bare "/" followed by a space is no prefix.
-    named = word is not None and (word or found.group("form") is not None)
-    if named and word.removesuffix(_CONTEXT) in (*MODES, ""):
+    word = found["word"] if found and (found["word"] or found["form"] is not None) else None
+    if word is not None and word.removesuffix(_CONTEXT) in (*MODES, ""):
         context_only = word.endswith(_CONTEXT)
-        mode = word.removesuffix(_CONTEXT) if context_only else word
-        mode = mode or model.mode
-        if found.group("form"):
-            options["response_type"] = found.group("form")
+        mode = word.removesuffix(_CONTEXT) or model.mode
+        if found["form"]:
+            options["response_type"] = found["form"]
         question = question[found.end() :]
     elif _CLIENT_TASK.match(question):
         mode = "bypass"
