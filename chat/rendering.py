@@ -7,18 +7,15 @@ citation links), so the page does not change when the server's HTML replaces it.
 """
 
 import re
-from urllib.parse import urlencode
 
 import nh3
 from django.template.loader import render_to_string
-from django.urls import reverse
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
-# [S2], [E1], [R3] and lists such as [S2, E1] or [S2; S3], as the answer prompt asks.
-CITATION_RE = re.compile(r"\[((?:[SER]\d+)(?:\s*[,;]\s*[SER]\d+)*)\]")
-_CITATION_ID_RE = re.compile(r"[SER]\d+")
+from knowledge.answer import CITATION_ID_RE, CITATION_RE
+from knowledge.citations import citation_href, cited_ids
 
 ALLOWED_TAGS = {
     "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote",
@@ -57,7 +54,7 @@ def _split_citations(text: str) -> list[Token]:
     for match in CITATION_RE.finditer(text):
         if match.start() > position:
             tokens.append(_text(text[position : match.start()]))
-        ids = _CITATION_ID_RE.findall(match.group(1))
+        ids = CITATION_ID_RE.findall(match.group(1))
         for index, citation_id in enumerate(ids):
             if index:
                 tokens.append(_text(" "))
@@ -101,23 +98,6 @@ def render_answer(text: str) -> str:
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
     )
-
-
-def cited_ids(content: str) -> list[str]:
-    """The context rows an answer cites (its `[S2]`-style markers), in the order it first cites them."""
-    ids = [found for match in CITATION_RE.finditer(content) for found in _CITATION_ID_RE.findall(match.group(1))]
-    return list(dict.fromkeys(ids))
-
-
-def citation_href(citation: dict, *, workspace_slug: str) -> str:
-    """The cited passage inside its document: the chunk shaded and, when known, the sentence marked."""
-    if not citation.get("document_id") or not citation.get("chunk_id"):
-        return ""
-    query = {"chunk": int(citation["chunk_id"])}
-    if isinstance(citation.get("sentence_start"), int) and isinstance(citation.get("sentence_end"), int):
-        query.update(start=citation["sentence_start"], end=citation["sentence_end"])
-    url = reverse("knowledge:document", args=[workspace_slug, int(citation["document_id"])])
-    return f"{url}?{urlencode(query)}#chunk-{int(citation['chunk_id'])}"
 
 
 def cited_citations(message, *, workspace_slug: str) -> list[dict]:

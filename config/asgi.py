@@ -11,10 +11,18 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
+from knowledge.mcp_server import MCP_PATH, mcp_app  # noqa: E402
+
+
+async def http_app(scope, receive, send):
+    """The MCP server (an ASGI app of the `mcp` package) at /mcp; Django everywhere else."""
+    app = mcp_app if scope["path"].rstrip("/") == MCP_PATH else django_asgi_app
+    await app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -300,7 +300,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
 
 # [S2], [E1], [R3] and lists such as [S2, E1] or [S2; S3], as the answer prompt asks.
 CITATION_RE = re.compile(r"\[((?:[SER]\d+)(?:\s*[,;]\s*[SER]\d+)*)\]")
-_CITATION_ID = re.compile(r"[SER]\d+")
+CITATION_ID_RE = re.compile(r"[SER]\d+")
 
 
 def answer_citations(answer: str, result: RetrievalResult) -> list[dict]:
@@ -320,7 +320,7 @@ def answer_citations(answer: str, result: RetrievalResult) -> list[dict]:
     for match in CITATION_RE.finditer(answer):
         quoted = " ".join(answer[: match.start()].split())
         claim = _claim(answer, claims, match.start())
-        for row_id in _CITATION_ID.findall(match.group(1)):
+        for row_id in CITATION_ID_RE.findall(match.group(1)):
             row = rows.get(row_id)
             found = _supporting_sentence(row, quoted, claim) if row is not None else None
             if found is not None and found not in cited.setdefault(row_id, []):

@@ -15,7 +15,6 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from knowledge.api_tokens import user_for_api_token
 from knowledge.asking import (
     AskDenied,
     AskEvent,
@@ -26,8 +25,10 @@ from knowledge.asking import (
     TokenEvent,
     ask_request_from_json,
     ask_stream,
+    check_flag,
     workspace_for_asking,
 )
+from knowledge.bearer import CHALLENGE, abearer_user
 
 _ERROR_STATUS = {"model": 502, "internal": 500}
 
@@ -35,7 +36,7 @@ _ERROR_STATUS = {"model": 502, "internal": 500}
 def _error(status: int, message: str) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        response["WWW-Authenticate"] = CHALLENGE
     return response
 
 
@@ -54,13 +55,8 @@ async def _authenticate(request):
     """(user, None) or (None, an error response). A token needs no CSRF token; a session does."""
     header = request.headers.get("Authorization", "")
     if header:
-        scheme, _, secret = header.partition(" ")
-        if scheme.casefold() != "bearer" or not secret.strip():
-            return None, _error(401, "Send the API token as 'Authorization: Bearer <token>'.")
-        user = await sync_to_async(user_for_api_token)(secret.strip())
-        if user is None:
-            return None, _error(401, "This API token is not valid (revoked, mistyped, or its user is inactive).")
-        return user, None
+        bearer = await abearer_user(header)
+        return (bearer.user, None) if bearer.user is not None else (None, _error(401, bearer.error))
     user = await request.auser()
     if not user.is_authenticated:
         return None, _error(401, "Log in, or send an API token as 'Authorization: Bearer <token>'.")
@@ -72,15 +68,6 @@ async def _authenticate(request):
 
 def _line(event: dict) -> bytes:
     return (json.dumps(event, ensure_ascii=False) + "\n").encode()
-
-
-def _flag(body: dict, name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise AskInvalid(f"'{name}' must be true or false, got {value!r}.")
-    return value
 
 
 async def _ndjson(first: dict, events: AsyncIterator[AskEvent]) -> AsyncIterator[bytes]:
@@ -110,7 +97,7 @@ async def query(request, slug: str):
         return _error(400, 'The body must be a JSON object, e.g. {"question": "...", "mode": "mix"}.')
     try:
         ask = ask_request_from_json(body, also=("stream",))
-        stream = _flag(body, "stream")
+        stream = check_flag("stream", body.get("stream"))
         workspace = await sync_to_async(workspace_for_asking)(user=user, slug=slug, mode=ask.mode)
     except AskInvalid as invalid:
         return _error(400, str(invalid))

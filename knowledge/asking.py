@@ -156,7 +156,7 @@ def ask_request(
             relations=_whole_number("max_relation_tokens", max_relation_tokens, Budgets.relations, BUDGET_MAX_TOKENS),
             total=_whole_number("max_total_tokens", max_total_tokens, Budgets.total, BUDGET_MAX_TOKENS),
         ),
-        context_only=_flag("context_only", context_only),
+        context_only=check_flag("context_only", context_only),
     )
 
 
@@ -179,9 +179,10 @@ def _whole_number(name: str, value: object, default: int, high: int) -> int:
     return value
 
 
-def _flag(name: str, value: object) -> bool:
+def check_flag(name: str, value: object, *, default: bool = False) -> bool:
+    """A protocol's true/false field (None: the default); the adapters check their own flags here too."""
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise AskInvalid(f"'{name}' must be true or false, got {value!r}.")
     return value

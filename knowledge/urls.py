@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from knowledge import api, views
+from knowledge import api, ollama_api, openai_api, views
 
 # Everything inside a workspace lives under the `knowledge` namespace; `home` stays global
 # because settings (LOGIN_REDIRECT_URL) and base.html name it.
@@ -26,6 +26,13 @@ workspace_patterns = [
     path("workspaces/<slug:slug>/delete/", views.workspace_delete, name="workspace_delete"),
     path("workspaces/<slug:slug>/audit/", views.audit, name="audit"),
     path("api/workspaces/<slug:slug>/query", api.query, name="api_query"),
+    # OpenAI's and Ollama's paths, where their clients look for them.
+    path("v1/models", openai_api.models, name="openai_models"),
+    path("v1/chat/completions", openai_api.chat_completions, name="openai_chat_completions"),
+    path("api/version", ollama_api.version, name="ollama_version"),
+    path("api/tags", ollama_api.tags, name="ollama_tags"),
+    path("api/chat", ollama_api.chat, name="ollama_chat"),
+    path("api/generate", ollama_api.generate, name="ollama_generate"),
     path("", include("knowledge.evaluation.urls")),
 ]
 

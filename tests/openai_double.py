@@ -68,6 +68,9 @@ class OpenAIDouble:
         self.chat_handler: Callable[[dict], str] = lambda body: "OK"
         self.embedding_handler: Callable[[str], list[float]] = lambda text: deterministic_vector(text, self.dim)
         self.token_delay = 0.0
+        # Set to an Event to hold a streamed answer before its last token until the event is set:
+        # whatever the client received by then was streamed, not buffered.
+        self.hold_last_token: threading.Event | None = None
         self.report_usage = True
         self.streams_closed_early = 0
         self._failures: list[_Failure] = []
@@ -222,7 +225,10 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             self.wfile.write(event([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]))
-            for token in re.findall(r"\S+\s*|\s+", text):
+            tokens = re.findall(r"\S+\s*|\s+", text)
+            for index, token in enumerate(tokens):
+                if self.owner.hold_last_token is not None and index == len(tokens) - 1:
+                    self.owner.hold_last_token.wait(timeout=60)
                 if self.owner.token_delay:
                     time.sleep(self.owner.token_delay)
                 self.wfile.write(event([{"index": 0, "delta": {"content": token}, "finish_reason": None}]))

@@ -3,15 +3,24 @@
 `CASES` has one entry per named URL pattern; `test_it_has_a_permission_case_for_every_url`
 fails when a pattern is added without one. For each case: anonymous visitors go to the login
 page (the HTTP API answers 401), non-members get 404 (a workspace's existence never leaks),
-members below the needed role are refused, and members with it get through.
+members below the needed role are refused, and members with it get through. The OpenAI and
+Ollama APIs take API tokens only, so their cases send the user's token.
+
+The MCP server at /mcp is an ASGI app beside Django, not a URL pattern: the last test here checks
+that it turns away requests without a valid token; tests/knowledge/test_mcp_server.py checks
+that each of its tools answers an outsider as if the workspace did not exist.
 """
 
+import json
 from dataclasses import dataclass, field
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from chat.models import Conversation
+from knowledge.api_tokens import api_token_create
 from knowledge.models import EntitySource, EvaluationRun, EvaluationSet, Membership, Role
 from tests.factories import make_chunk, make_document, make_entity, make_user, make_workspace
 
@@ -34,9 +43,15 @@ class Case:
     anonymous: str = "login"
     # What a member below `min_role` gets: 403 where membership is already known to them.
     below_role: int = 403
+    # "session": users log in; "token": they send their API token (the OpenAI and Ollama APIs
+    # take nothing else).
+    auth: str = "session"
 
 
 LOGIN_ONLY = Case(args=(), min_role=None)
+TOKEN_ONLY = Case(args=(), min_role=None, anonymous="401", auth="token")
+JSON = "application/json"
+ASKED = [{"role": "user", "content": "Who is Ada?"}]
 
 CASES: dict[str, list[Case]] = {
     "login": [Case(args=(), min_role=None, anonymous="public")],
@@ -75,6 +90,39 @@ CASES: dict[str, list[Case]] = {
     "knowledge:audit": [Case(min_role=Role.OWNER)],
     "knowledge:api_query": [
         Case(method="post", anonymous="401", content_type="application/json", data={"question": "Who is Ada?"})
+    ],
+    "knowledge:openai_models": [TOKEN_ONLY],
+    "knowledge:openai_chat_completions": [
+        Case(
+            args=(),
+            method="post",
+            anonymous="401",
+            auth="token",
+            content_type=JSON,
+            data={"model": "acme", "messages": ASKED},
+        )
+    ],
+    "knowledge:ollama_version": [TOKEN_ONLY],
+    "knowledge:ollama_tags": [TOKEN_ONLY],
+    "knowledge:ollama_chat": [
+        Case(
+            args=(),
+            method="post",
+            anonymous="401",
+            auth="token",
+            content_type=JSON,
+            data={"model": "acme:latest", "messages": ASKED, "stream": False},
+        )
+    ],
+    "knowledge:ollama_generate": [
+        Case(
+            args=(),
+            method="post",
+            anonymous="401",
+            auth="token",
+            content_type=JSON,
+            data={"model": "acme", "prompt": "Who is Ada?", "stream": False},
+        )
     ],
     "knowledge:evaluation": [Case()],
     "knowledge:evaluation_run": [Case(args=("slug", "evaluation_run"))],
@@ -155,12 +203,21 @@ def _ids(cases):
     return [f"{name}[{case.method}#{index}]" for name, index, case in cases]
 
 
-def _request(client, world, name, case):
+def _request(client, world, name, case, user=None):
     path = reverse(name, args=[world["values"][arg] for arg in case.args])
     data = {**case.data, **{param: world["values"][key] for param, key in case.data_from.items()}}
+    headers = {}
+    if case.auth == "token" and user is not None:
+        headers["Authorization"] = f"Bearer {api_token_create(user=user, name='walk')[1]}"
     if case.content_type:
-        return getattr(client, case.method)(path, data, content_type=case.content_type)
-    return getattr(client, case.method)(path, data)
+        return getattr(client, case.method)(path, data, content_type=case.content_type, headers=headers)
+    return getattr(client, case.method)(path, data, headers=headers)
+
+
+def _as(client, user):
+    """The client acting as `user`: logged in; token cases add the user's token to the request."""
+    client.force_login(user)
+    return user
 
 
 @pytest.mark.parametrize(("name", "index", "case"), ALL_CASES, ids=_ids(ALL_CASES))
@@ -178,24 +235,23 @@ def test_it_turns_away_anonymous_visitors(client, world, name, index, case):
 
 @pytest.mark.parametrize(("name", "index", "case"), WORKSPACE_CASES, ids=_ids(WORKSPACE_CASES))
 def test_it_answers_404_to_non_members(client, world, name, index, case):
-    client.force_login(world["users"]["stranger"])
+    stranger = _as(client, world["users"]["stranger"])
 
-    assert _request(client, world, name, case).status_code == 404
+    assert _request(client, world, name, case, stranger).status_code == 404
 
 
 @pytest.mark.parametrize(("name", "index", "case"), RANKED_CASES, ids=_ids(RANKED_CASES))
 def test_it_refuses_members_below_the_needed_role(client, world, name, index, case):
-    client.force_login(world["users"][ROLE_BELOW[case.min_role]])
+    member = _as(client, world["users"][ROLE_BELOW[case.min_role]])
 
-    assert _request(client, world, name, case).status_code == case.below_role
+    assert _request(client, world, name, case, member).status_code == case.below_role
 
 
 @pytest.mark.parametrize(("name", "index", "case"), ALL_CASES, ids=_ids(ALL_CASES))
 def test_it_lets_members_with_the_role_through(client, world, name, index, case):
-    user = world["users"][case.min_role or Role.VIEWER]
-    client.force_login(user)
+    user = _as(client, world["users"][case.min_role or Role.VIEWER])
 
-    response = _request(client, world, name, case)
+    response = _request(client, world, name, case, user)
 
     assert response.status_code not in (401, 403, 404, 405)
     assert response.status_code < 500
@@ -232,3 +288,26 @@ def test_it_keeps_a_private_conversation_from_other_members(client, world):
     assert client.get(reverse("chat:conversation", args=["acme", values["conversation"]])).status_code == 404
     assert client.post(reverse("chat:delete", args=["acme", values["conversation"]])).status_code == 404
     assert Conversation.objects.filter(pk=values["conversation"]).exists()
+
+
+@pytest.mark.parametrize("authorization", [None, b"Bearer grt_not-a-token", b"Basic abc"])
+async def test_the_mcp_endpoint_turns_away_requests_without_a_valid_token(transactional_db, authorization):
+    from channels.testing import HttpCommunicator
+
+    from config.asgi import application
+
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
+    if authorization:
+        headers.append((b"authorization", authorization))
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}).encode()
+
+    response = await HttpCommunicator(application, "POST", "/mcp", body=body, headers=headers).get_response()
+    # The token was looked up on asgiref's thread, whose connection would outlive the test database.
+    await sync_to_async(_close_connection)()
+
+    assert response["status"] == 401
+    assert json.loads(response["body"])["error"]
+
+
+def _close_connection():
+    connection.close()
