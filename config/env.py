@@ -52,3 +52,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def env_rate(name: str, default: str) -> tuple[int, int] | None:
+    """A rate limit written "<count>/<second|minute|hour|day>" as (count, seconds); None for "off"."""
+    raw = os.environ.get(name, default).strip().lower()
+    if raw in {"off", "none", ""}:
+        return None
+    count, _, period = raw.partition("/")
+    if not count.strip().isdigit() or int(count) < 1 or period.strip() not in _PERIODS:
+        raise ImproperlyConfigured(
+            f"{name} must look like 30/minute (per second, minute, hour or day) or off, got {raw!r}."
+        )
+    return int(count), _PERIODS[period.strip()]

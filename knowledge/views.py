@@ -488,3 +488,19 @@ def audit(request, slug):
     events = workspace.audit_events.select_related("actor")
     page = Paginator(events, 100).get_page(request.GET.get("page"))
     return render(request, "knowledge/audit.html", _context(workspace, page=page))
+
+
+def login_locked_out(request, original_response=None, credentials=None):
+    """django-axes' answer to a locked-out login (settings.AXES_LOCKOUT_CALLABLE): the page in
+    the site's layout, a 429, and Retry-After, since every failure restarts the pause."""
+    from axes.helpers import get_client_username, get_cool_off
+
+    cool_off = get_cool_off(request)
+    context = {
+        "failure_limit": settings.LOGIN_FAILURE_LIMIT,
+        "username": get_client_username(request, credentials) or "",
+        "cooloff_timedelta": cool_off,
+    }
+    response = render(request, "registration/locked_out.html", context, status=429)
+    response["Retry-After"] = str(int(cool_off.total_seconds()))
+    return response
