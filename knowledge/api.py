@@ -1,7 +1,8 @@
 """The HTTP API: POST /api/workspaces/<slug>/query, an adapter over the ask service.
 
-Authenticated by the session (with its CSRF check) or by `Authorization: Bearer <token>`;
-the caller must be a member of the workspace. Errors are JSON: {"error": "..."}.
+Authenticated by the session (with its CSRF check) or by `Authorization: Bearer <token>` (a live
+token whose scope allows asking); the caller must be a member of the workspace. Requests are
+rate limited per token, or per user for a session (RATE_LIMIT_API). Errors are JSON: {"error": "..."}.
 """
 
 import json
@@ -15,7 +16,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from knowledge.api_tokens import user_for_api_token
+from knowledge.api_tokens import SCOPE_ASK, api_token_authenticate
 from knowledge.asking import (
     AskDenied,
     AskEvent,
@@ -28,6 +29,7 @@ from knowledge.asking import (
     ask_stream,
     workspace_for_asking,
 )
+from knowledge.ratelimits import RateLimited, rate_limit_check
 
 _ERROR_STATUS = {"model": 502, "internal": 500}
 
@@ -36,6 +38,12 @@ def _error(status: int, message: str) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+def _too_many(limited: RateLimited) -> JsonResponse:
+    response = _error(429, str(limited))
+    response["Retry-After"] = str(limited.retry_after)
     return response
 
 
@@ -51,22 +59,33 @@ def _csrf_failure(request) -> str | None:
 
 
 async def _authenticate(request):
-    """(user, None) or (None, an error response). A token needs no CSRF token; a session does."""
+    """(user, None) or (None, an error response). A token needs no CSRF token; a session does.
+    Either way the request counts against the caller's API rate limit."""
     header = request.headers.get("Authorization", "")
+    token = None
     if header:
         scheme, _, secret = header.partition(" ")
         if scheme.casefold() != "bearer" or not secret.strip():
             return None, _error(401, "Send the API token as 'Authorization: Bearer <token>'.")
-        user = await sync_to_async(user_for_api_token)(secret.strip())
-        if user is None:
-            return None, _error(401, "This API token is not valid (revoked, mistyped, or its user is inactive).")
-        return user, None
-    user = await request.auser()
-    if not user.is_authenticated:
-        return None, _error(401, "Log in, or send an API token as 'Authorization: Bearer <token>'.")
-    reason = _csrf_failure(request)
-    if reason:
-        return None, _error(403, f"CSRF check failed ({reason}). Send the X-CSRFToken header, or use an API token.")
+        token = await sync_to_async(api_token_authenticate)(secret.strip(), ip=request.META.get("REMOTE_ADDR"))
+        if token is None:
+            return None, _error(
+                401, "This API token is not valid (revoked, expired, mistyped, or its user is inactive)."
+            )
+        if not token.allows(SCOPE_ASK):
+            return None, _error(403, "This API token's scope does not allow asking.")
+        user = token.user
+    else:
+        user = await request.auser()
+        if not user.is_authenticated:
+            return None, _error(401, "Log in, or send an API token as 'Authorization: Bearer <token>'.")
+        reason = _csrf_failure(request)
+        if reason:
+            return None, _error(403, f"CSRF check failed ({reason}). Send the X-CSRFToken header, or use an API token.")
+    try:
+        await sync_to_async(rate_limit_check)(limit="RATE_LIMIT_API", user=user, token=token)
+    except RateLimited as limited:
+        return None, _too_many(limited)
     return user, None
 
 
