@@ -29,22 +29,22 @@ class RateLimited(Exception):
         return f"Too many {self.action} for now; try again in {_wait(self.retry_after)}."
 
 
-def rate_limit_check(*, limit: str, user=None, token=None) -> None:
-    """Count one action against the limit named by its setting (e.g. "RATE_LIMIT_ASK").
+def rate_limit_check(*, limit: str, user=None, token=None, count: int = 1) -> None:
+    """Count `count` actions against the limit named by its setting (e.g. "RATE_LIMIT_ASK").
 
     An API token has its own budget (tokens are issued one per client); anything else counts
     against the user's. Raises RateLimited when that budget is spent."""
     rate = getattr(settings, limit)
     if rate is None:
         return
-    count, period = rate
+    allowed, period = rate
     who = f"token:{token.pk}" if token is not None else f"user:{user.pk}"
     now = time.time()
     window = int(now // period)
     key = f"rate:{limit}:{who}:{window}"
     # add() sets the counter only when absent, so concurrent first actions do not reset it.
     cache.add(key, 0, timeout=period + 1)
-    if cache.incr(key) > count:
+    if cache.incr(key, count) > allowed:
         raise RateLimited(action=_ACTIONS.get(limit, "requests"), retry_after=math.ceil((window + 1) * period - now))
 
 

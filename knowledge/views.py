@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import events, ingestion, llm, parsing, selectors, services
+from knowledge import events, ingestion, llm, parsing, ratelimits, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -190,6 +190,11 @@ def upload(request, slug):
     workspace = _workspace(request, slug, Role.EDITOR)
     form = UploadForm(_posted(request), request.FILES if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
+        try:
+            count = len(form.cleaned_data["files"]) + bool(form.cleaned_data["text"].strip())
+            ratelimits.rate_limit_check(limit="RATE_LIMIT_UPLOAD", user=request.user, count=count)
+        except ratelimits.RateLimited as limited:
+            return _uploads_refused(request, workspace, form, limited)
         results = _upload_results(request, workspace, form)
         if _wants_json(request):
             return JsonResponse({"results": results})
@@ -203,6 +208,16 @@ def upload(request, slug):
         return JsonResponse({"error": problems}, status=400)
     status = 400 if form.errors else 200
     return render(request, "knowledge/upload.html", _context(workspace, form=form), status=status)
+
+
+def _uploads_refused(request, workspace, form, limited: ratelimits.RateLimited) -> HttpResponse:
+    if _wants_json(request):
+        response = JsonResponse({"error": str(limited)}, status=429)
+    else:
+        form.add_error(None, str(limited))
+        response = render(request, "knowledge/upload.html", _context(workspace, form=form), status=429)
+    response["Retry-After"] = str(limited.retry_after)
+    return response
 
 
 def _document(workspace: Workspace, pk: int) -> Document:

@@ -440,3 +440,20 @@ async def test_a_slow_retrieval_holds_up_no_other_socket(handbook_workspace, own
     assert (await events_until(first, "done"))[-1]["type"] == "done"
     await first.disconnect()
     await second.disconnect()
+
+
+async def test_it_refuses_questions_past_the_limit_with_an_error_saying_when_to_retry(
+    handbook_workspace, viewer, chat_model, settings
+):
+    settings.RATE_LIMIT_ASK = (1, 3600)
+    communicator = await open_socket(viewer)
+    assert (await ask(communicator))[-1]["type"] == "done"
+
+    [error] = await ask(communicator, question="And who built it?")
+
+    assert error["type"] == "error"
+    assert error["message"].startswith("Too many questions for now; try again in ")
+    assert 60 < error["retry_after"] <= 3600
+    # The socket stays open, and the refused question was not saved.
+    assert [message.role for message in await saved_messages()] == ["user", "assistant"]
+    await communicator.disconnect()
