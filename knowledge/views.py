@@ -519,3 +519,11 @@ def login_locked_out(request, original_response=None, credentials=None):
     response = render(request, "registration/locked_out.html", context, status=429)
     response["Retry-After"] = str(int(cool_off.total_seconds()))
     return response
+
+
+def healthz(request):
+    """For the container healthcheck (scripts/healthcheck.py): the app answers and reaches its database."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    return HttpResponse("ok", content_type="text/plain")
