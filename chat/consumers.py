@@ -214,7 +214,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "type": "done",
                 "conversation": turn.conversation.pk,
                 "message": message.pk if message else None,
-                "html": render_answer(content),
+                "html": render_answer(content, citations=citations if retrieval else None),
                 "citations": citations,
                 # The message as a reload shows it (chat/_message.html), to replace the streamed one.
                 "message_html": (
