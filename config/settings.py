@@ -61,8 +61,9 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 # The pages load scripts and styles from this origin only (static/vendor) and hold no inline
-# script; the graph's canvas and the entity colours use inline style attributes, hence
-# 'unsafe-inline' for styles only. Websockets go back to this origin ('self' covers ws/wss in CSP 3).
+# script. htmx injects a <style> for its request indicators (tests/browser/test_csp_browser.py
+# sees it blocked without it), hence 'unsafe-inline' for styles only. Websockets go back to this
+# origin ('self' covers ws/wss in CSP 3).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
