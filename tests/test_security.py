@@ -138,3 +138,45 @@ def test_it_shows_a_500_page_without_the_error_and_logs_the_traceback(viewer_cli
     assert "hunter2" not in page
     assert "Traceback" not in page
     assert any(record.exc_info for record in caplog.records if record.name == "django.request")
+
+
+def test_it_shows_a_failed_documents_detail_to_owners_only(client, db):
+    from knowledge.models import Document
+    from tests.factories import make_document
+
+    owner, viewer = make_user("owner"), make_user("viewer")
+    workspace = make_workspace(slug="acme", members={owner: Role.OWNER, viewer: Role.VIEWER})
+    document = make_document(workspace, title="Report")
+    Document.objects.filter(pk=document.pk).update(
+        status="failed",
+        error="The chat model refused the request; an owner should check LLM settings.",
+        error_detail="The chat model at https://llm.internal/v1 refused the API key (401). Check LLM_API_KEY.",
+    )
+    pages = [reverse("knowledge:documents", args=["acme"]), reverse("knowledge:document", args=["acme", document.pk])]
+
+    client.force_login(viewer)
+    for url in pages:
+        page = client.get(url).content.decode()
+        assert "an owner should check LLM settings" in page
+        assert "llm.internal" not in page
+    client.force_login(owner)
+    for url in pages:
+        assert "https://llm.internal/v1 refused the API key" in client.get(url).content.decode()
+
+
+def test_a_demoted_editor_loses_write_actions_on_the_next_request(client, db):
+    from knowledge.models import Membership
+    from knowledge.services import membership_set_role
+
+    owner, editor = make_user("owner"), make_user("editor")
+    workspace = make_workspace(slug="acme", members={owner: Role.OWNER, editor: Role.EDITOR})
+    client.force_login(editor)
+    upload = reverse("knowledge:upload", args=["acme"])
+    assert client.get(upload).status_code == 200
+
+    membership_set_role(membership=Membership.objects.get(user=editor), actor=owner, role=Role.VIEWER)
+
+    assert client.get(upload).status_code == 403
+    assert client.post(upload, {"text": "New notes."}).status_code == 403
+    assert "Upload" not in client.get(reverse("knowledge:documents", args=["acme"])).content.decode().split("<main")[1]
+    assert workspace.documents.count() == 0
