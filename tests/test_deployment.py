@@ -37,7 +37,7 @@ def test_it_puts_caddy_in_front_of_daphne_for_tls():
     source = next(volume.split(":")[0] for volume in proxy["volumes"] if "/etc/caddy/Caddyfile" in volume)
     caddyfile = (ROOT / source).read_text()
     assert "{$DOMAIN}" in caddyfile
-    assert re.search(r"reverse_proxy\s+web:8000", caddyfile)
+    assert re.search(r"reverse_proxy\s*\{[^}]*dynamic a web 8000", caddyfile)
     assert any(volume.endswith(":/data") for volume in proxy["volumes"]), "certificates must outlive the container"
 
 
