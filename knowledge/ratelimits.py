@@ -7,6 +7,7 @@ of one round trip per action. django-ratelimit does the same for views only; the
 questions need the counter without a request, hence this module.
 """
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -14,6 +15,9 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.cache import cache
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
 
 MAX_LOCKOUT = timedelta(days=1)
 
@@ -42,9 +46,15 @@ def rate_limit_check(*, limit: str, user=None, token=None, count: int = 1) -> No
     now = time.time()
     window = int(now // period)
     key = f"rate:{limit}:{who}:{window}"
-    # add() sets the counter only when absent, so concurrent first actions do not reset it.
-    cache.add(key, 0, timeout=period + 1)
-    if cache.incr(key, count) > allowed:
+    try:
+        # add() sets the counter only when absent, so concurrent first actions do not reset it.
+        cache.add(key, 0, timeout=period + 1)
+        used = cache.incr(key, count)
+    except RedisError:
+        # A limit protects the service; it must not take asking down with Redis. Open, and say so.
+        logger.warning("rate limit %s not counted: the cache is unreachable", limit, exc_info=True)
+        return
+    if used > allowed:
         raise RateLimited(action=_ACTIONS.get(limit, "requests"), retry_after=math.ceil((window + 1) * period - now))
 
 

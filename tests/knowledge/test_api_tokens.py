@@ -130,3 +130,14 @@ def test_it_limits_session_api_requests_per_user(workspace, owner, settings):
     refused = post()
     assert refused.status_code == 429
     assert int(refused["Retry-After"]) > 60
+
+
+def test_it_lets_requests_through_when_the_cache_is_unreachable(workspace, owner, settings, caplog):
+    settings.RATE_LIMIT_API = (1, 60)
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:9/0"}
+    }
+    _, secret = api_token_create(user=owner, name="bot")
+
+    assert [ask(secret).status_code for _ in range(2)] == [LET_IN, LET_IN]
+    assert "rate limit RATE_LIMIT_API not counted" in caplog.text
