@@ -19,7 +19,9 @@ COPY . .
 COPY --from=vendor /src/static/vendor ./static/vendor
 RUN SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput
 
-RUN useradd --create-home app && mkdir -p /app/.data && chown -R app /app/.data
+# The media folder exists in the image, owned by `app`: a named volume mounted there starts as a
+# copy of it, so uploads are writable. (Without it Docker creates the folder, owned by root.)
+RUN useradd --create-home app && mkdir -p /app/.data/media && chown -R app:app /app/.data
 USER app
 EXPOSE 8000
 CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "config.asgi:application"]

@@ -2,9 +2,11 @@
 
 An adapter over the ask service (knowledge/asking.py) that also keeps the conversation: the
 question is saved when it is asked, the answer when it ends, with what it was built from.
-One consumer per socket. An answer streams in its own task so the socket keeps reading
-(`cancel` must get through while tokens flow); the consumer owns that task and cancels it on
-`cancel` and on disconnect, so a closed tab never leaves a model stream running.
+Every question passes the membership gate and the asker's rate limit (RATE_LIMIT_ASK; the
+`error` event then carries `retry_after`, in seconds). One consumer per socket. An answer
+streams in its own task so the socket keeps reading (`cancel` must get through while tokens
+flow); the consumer owns that task and cancels it on `cancel` and on disconnect, so a closed
+tab never leaves a model stream running.
 """
 
 import asyncio
@@ -39,6 +41,7 @@ from knowledge.asking import (
 )
 from knowledge.llm import Usage
 from knowledge.models import Workspace
+from knowledge.ratelimits import RateLimited, rate_limit_check
 from knowledge.retrieval import RetrievalResult
 from knowledge.selectors import workspace_for_user
 
@@ -112,7 +115,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
+            await database_sync_to_async(rate_limit_check)(limit="RATE_LIMIT_ASK", user=self.user)
             turn = await self.start_turn(request, content.get("conversation"))
+        except RateLimited as limited:
+            await self.send_error(str(limited), retry_after=limited.retry_after)
+            return
         except AskDenied as denied:
             # Removed from the workspace since the socket opened: this question is the last.
             self.workspace = None
@@ -207,7 +214,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "type": "done",
                 "conversation": turn.conversation.pk,
                 "message": message.pk if message else None,
-                "html": render_answer(content),
+                "html": render_answer(content, citations=citations if retrieval else None),
                 "citations": citations,
                 # The message as a reload shows it (chat/_message.html), to replace the streamed one.
                 "message_html": (

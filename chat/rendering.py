@@ -31,8 +31,18 @@ def _validate_link(url: str) -> bool:
     return bool(_SAFE_LINK_RE.match(url.strip()))
 
 
+def _images_as_text(state: StateCore) -> None:
+    """Remote images would leak every reader's address to whoever the model (or a poisoned
+    document) names, so answers carry no images: an image is its alt text, with no address."""
+    for block in state.tokens:
+        if block.type == "inline" and block.children:
+            block.children = [_text(token.content) if token.type == "image" else token for token in block.children]
+
+
 def _citation_links(state: StateCore) -> None:
-    """Turn citation markers in plain text into links to their row in the citations table."""
+    """Turn citation markers in plain text into links to their row in the citations table; with
+    `citation_ids` in the environment, markers of rows the context did not hold are dropped."""
+    known = state.env.get("citation_ids")
     for block in state.tokens:
         if block.type != "inline" or not block.children:
             continue
@@ -44,17 +54,18 @@ def _citation_links(state: StateCore) -> None:
             if token.type != "text" or inside_link or not CITATION_RE.search(token.content):
                 children.append(token)
                 continue
-            children.extend(_split_citations(token.content))
+            children.extend(_split_citations(token.content, known))
         block.children = children
 
 
-def _split_citations(text: str) -> list[Token]:
+def _split_citations(text: str, known: set[str] | None) -> list[Token]:
     tokens: list[Token] = []
     position = 0
     for match in CITATION_RE.finditer(text):
         if match.start() > position:
             tokens.append(_text(text[position : match.start()]))
-        ids = CITATION_ID_RE.findall(match.group(1))
+        # A marker the context never held is invented (a document can ask for one): it goes.
+        ids = [found for found in CITATION_ID_RE.findall(match.group(1)) if known is None or found in known]
         for index, citation_id in enumerate(ids):
             if index:
                 tokens.append(_text(" "))
@@ -76,10 +87,8 @@ def _text(content: str) -> Token:
 def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
-    # Remote images would leak every reader's address to whoever the model (or a poisoned
-    # document) names, so answers carry no images at all.
-    md.disable("image")
     md.validateLink = _validate_link
+    md.core.ruler.push("images_as_text", _images_as_text)
     md.core.ruler.push("citation_links", _citation_links)
     return md
 
@@ -87,9 +96,11 @@ def _markdown() -> MarkdownIt:
 _MD = _markdown()
 
 
-def render_answer(text: str) -> str:
-    """Sanitized HTML of a markdown answer, citation markers linked to their rows."""
-    html = _MD.render(text)
+def render_answer(text: str, *, citations: list[dict] | None = None) -> str:
+    """Sanitized HTML of a markdown answer, citation markers linked to their rows. Given the
+    answer's `citations` (the context's rows), markers of any other id are dropped."""
+    env = {} if citations is None else {"citation_ids": {str(citation.get("id")) for citation in citations}}
+    html = _MD.render(text, env)
     return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
@@ -118,7 +129,7 @@ def cited_citations(message, *, workspace_slug: str) -> list[dict]:
 def prepare_message(message, *, workspace):
     """What chat/_message.html needs of an answer: its HTML and the sources it cites."""
     if message.role == "assistant":
-        message.html = render_answer(message.content)
+        message.html = render_answer(message.content, citations=message.citations or [])
         message.cited_sources = cited_citations(message, workspace_slug=workspace.slug)
     return message
 

@@ -59,3 +59,19 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}.")
     return value
+
+
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def env_rate(name: str, default: str) -> tuple[int, int] | None:
+    """A rate limit written "<count>/<second|minute|hour|day>" as (count, seconds); None for "off"."""
+    raw = os.environ.get(name, default).strip().lower()
+    if raw in {"off", "none", ""}:
+        return None
+    count, _, period = raw.partition("/")
+    if not count.strip().isdigit() or int(count) < 1 or period.strip() not in _PERIODS:
+        raise ImproperlyConfigured(
+            f"{name} must look like 30/minute (per second, minute, hour or day) or off, got {raw!r}."
+        )
+    return int(count), _PERIODS[period.strip()]

@@ -11,7 +11,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
-from config.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = BASE_DIR / ".data"
@@ -36,6 +36,48 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Transport security (README, "Security"). Production (DEBUG off) is served over HTTPS behind a
+# TLS proxy unless HTTPS=false says otherwise (`make run` and the tests serve plain HTTP).
+HTTPS = env_bool("HTTPS", not DEBUG)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+# The header only allows a submission to the browsers' preload list; nothing is submitted.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", HTTPS)
+# The proxy terminates TLS and says so in X-Forwarded-Proto; trusted only when a proxy is declared,
+# since without one any client could claim HTTPS.
+BEHIND_PROXY = env_bool("BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
+# The container healthcheck calls the app directly over HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+# The pages load scripts and styles from this origin only (static/vendor) and hold no inline
+# script. htmx injects a <style> for its request indicators (tests/browser/test_csp_browser.py
+# sees it blocked without it), hence 'unsafe-inline' for styles only. Websockets go back to this
+# origin ('self' covers ws/wss in CSP 3).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 # Models and providers. An empty base URL means "use the embedded default".
 LLM_BASE_URL = env_str("LLM_BASE_URL")
@@ -88,6 +130,33 @@ WORKER_STOP_TIMEOUT = env_float("WORKER_STOP_TIMEOUT", 30.0)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 PORT = env_int("PORT", 8000, minimum=1)
 
+# Rate limits (knowledge.ratelimits), counted in the cache (Redis), so they hold across every web
+# process. Each is "<count>/<second|minute|hour|day>"; "off" disables one.
+RATE_LIMIT_API = env_rate("RATE_LIMIT_API", "120/minute")
+RATE_LIMIT_ASK = env_rate("RATE_LIMIT_ASK", "20/minute")
+RATE_LIMIT_UPLOAD = env_rate("RATE_LIMIT_UPLOAD", "60/hour")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "cache",
+    },
+}
+
+# Failed logins (django-axes): after LOGIN_FAILURE_LIMIT failures for one username from one address,
+# that pair is locked out for LOGIN_LOCKOUT_MINUTES, doubled for every failure during a lockout
+# (capped at a day). Keyed on the pair, so nobody can lock a colleague out from elsewhere.
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+LOGIN_LOCKOUT_MINUTES = env_float("LOGIN_LOCKOUT_MINUTES", 5.0)
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = "knowledge.ratelimits.login_cool_off"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "knowledge.views.login_locked_out"
+# Daphne runs with --proxy-headers behind the proxy, so REMOTE_ADDR already is the client's
+# address; a client-sent X-Forwarded-For is never believed.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+
 
 def _database() -> dict:
     url = env_str("DATABASE_URL")
@@ -127,6 +196,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "axes",
+    "csp",
     "channels",
     "django_htmx",
     "knowledge",
@@ -142,7 +213,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -170,6 +244,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# django-axes first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -224,7 +300,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"expected_refusals": {"()": "config.log_filters.ExpectedRefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        # A 403 or 404 is a page a person sees, not a bug: one line each, no traceback.
+        "django.request": {"filters": ["expected_refusals"]},
+        "axes": {"level": "WARNING"},
+    },
 }

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from knowledge.views import healthz
+
 urlpatterns = [
     path(
         "login/",
@@ -10,6 +12,7 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
     path("workspaces/<slug:slug>/chat/", include("chat.urls")),
     path("", include("knowledge.urls")),
 ]

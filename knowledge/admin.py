@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.db.models import Count, QuerySet
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -7,6 +8,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from knowledge import events
+from knowledge.api_tokens import api_token_revoke
 from knowledge.curation import (
     DUPLICATE_CANDIDATES,
     CurationError,
@@ -35,15 +38,89 @@ from knowledge.models import (
 )
 from knowledge.selectors import relations_of_entity, roles_at_least, workspaces_for_user
 
+# --- Scoping: every admin row, filter choice and related choice comes from the workspaces the
+# staff user holds a role in (superusers: all). A new ModelAdmin must say how it is scoped:
+# tests/knowledge/test_admin_scoping.py walks the registry and fails for one without a case.
+
+
+def workspaces_with_role(user, min_role: str) -> QuerySet[Workspace]:
+    """Workspaces where this user holds at least `min_role` (superusers: every one)."""
+    if user.is_superuser:
+        return Workspace.objects.all()
+    return workspaces_for_user(user).filter(role__in=roles_at_least(min_role))
+
+
+def curatable_workspaces(user) -> QuerySet[Workspace]:
+    """Workspaces whose graph this user may curate: editor or owner (superusers: every one)."""
+    return workspaces_with_role(user, Role.EDITOR)
+
+
+def scoped_choices(model, workspaces: QuerySet[Workspace]) -> QuerySet | None:
+    """The rows of `model` a form may offer for these workspaces; None for a model outside them."""
+    if model is Workspace:
+        return workspaces
+    if any(field.name == "workspace" for field in model._meta.get_fields()):
+        return model._default_manager.filter(workspace__in=workspaces.values("pk"))
+    if model is get_user_model():
+        # People are offered only as fellow members, so a form never lists everyone's usernames.
+        return model._default_manager.filter(memberships__workspace__in=workspaces.values("pk")).distinct()
+    return None
+
+
+class WorkspaceFilter(admin.SimpleListFilter):
+    """The workspace filter, listing only the workspaces the admin is scoped to (names do not leak)."""
+
+    title = "workspace"
+    parameter_name = "workspace__id__exact"
+
+    def lookups(self, request, model_admin):
+        return [(workspace.pk, workspace.name) for workspace in model_admin.workspaces(request).order_by("name")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(workspace_id=self.value()) if self.value() else queryset
+
+
+class WorkspaceScopedAdmin(admin.ModelAdmin):
+    """Rows of the workspaces where the staff user holds `min_role`; foreign-key choices (and
+    so the related-object links next to them) from those workspaces only."""
+
+    # The lookup from a row to its workspace; "" when the row is a workspace.
+    workspace_field = "workspace"
+    min_role = Role.EDITOR
+
+    def workspaces(self, request) -> QuerySet[Workspace]:
+        return workspaces_with_role(request.user, self.min_role)
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        lookup = f"{self.workspace_field}__in" if self.workspace_field else "pk__in"
+        return queryset.filter(**{lookup: self.workspaces(request).values("pk")})
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        choices = (
+            None if request.user.is_superuser else scoped_choices(db_field.related_model, self.workspaces(request))
+        )
+        if choices is not None:
+            kwargs["queryset"] = choices
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
 
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
+    # Any user may be added (as on the members page); the search behind it is the user admin's,
+    # which needs the site-wide permission to view users.
     autocomplete_fields = ["user"]
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
+class WorkspaceAdmin(WorkspaceScopedAdmin):
+    """Staff given model permissions still only see the workspaces they own."""
+
+    workspace_field = ""
+    min_role = Role.OWNER
     list_display = [
         "name",
         "slug",
@@ -57,16 +134,14 @@ class WorkspaceAdmin(admin.ModelAdmin):
     readonly_fields = ["chunk_count", "entity_count", "relation_count"]
     inlines = [MembershipInline]
 
-    def get_queryset(self, request):
-        # Staff given model permissions still only see workspaces they own.
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(pk__in=workspaces_for_user(request.user).filter(role=Role.OWNER).values("pk"))
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        # Memberships edited here bypass the membership services: open sockets check theirs again.
+        events.publish_membership_changed(workspace_id=form.instance.pk)
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(WorkspaceScopedAdmin):
     list_display = [
         "title",
         "workspace",
@@ -76,54 +151,20 @@ class DocumentAdmin(admin.ModelAdmin):
         "relation_count",
         "created_at",
     ]
-    list_filter = ["status", "workspace"]
+    list_filter = ["status", WorkspaceFilter]
     search_fields = ["title", "original_filename"]
-    readonly_fields = ["content_hash", "text"]
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(workspace__in=curatable_workspaces(request.user).values("pk"))
+    readonly_fields = ["content_hash", "text", "error_detail"]
 
 
 # --- Curation (issue 6): scoped to the workspaces where the staff user is editor or owner ------
 
 
-def curatable_workspaces(user) -> QuerySet[Workspace]:
-    """Workspaces whose graph this user may curate: editor or owner (superusers: every one)."""
-    if user.is_superuser:
-        return Workspace.objects.all()
-    return workspaces_for_user(user).filter(role__in=roles_at_least(Role.EDITOR))
-
-
-class WorkspaceFilter(admin.SimpleListFilter):
-    """The workspace filter, listing only workspaces the user may curate (names do not leak)."""
-
-    title = "workspace"
-    parameter_name = "workspace__id__exact"
-
-    def lookups(self, request, model_admin):
-        return [(workspace.pk, workspace.name) for workspace in curatable_workspaces(request.user).order_by("name")]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(workspace_id=self.value()) if self.value() else queryset
-
-
-class CurationAdmin(admin.ModelAdmin):
+class CurationAdmin(WorkspaceScopedAdmin):
     """Visible to staff who are editor or owner somewhere; rows limited to those workspaces.
 
     The graph changes only through services (merge, undo, edit), never by adding or deleting
     rows here: provenance and counts would drift from what the documents say.
     """
-
-    workspace_field = "workspace"
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(**{f"{self.workspace_field}__in": curatable_workspaces(request.user).values("pk")})
 
     def _may_curate(self, request) -> bool:
         user = request.user
@@ -439,9 +480,9 @@ class EvaluationQuestionInline(admin.TabularInline):
 
 
 @admin.register(EvaluationSet)
-class EvaluationSetAdmin(admin.ModelAdmin):
+class EvaluationSetAdmin(WorkspaceScopedAdmin):
     list_display = ["name", "workspace", "question_count", "created_at"]
-    list_filter = ["workspace"]
+    list_filter = [WorkspaceFilter]
     search_fields = ["name", "questions__text"]
     readonly_fields = ["generation", "created_by", "created_at"]
     inlines = [EvaluationQuestionInline]
@@ -477,9 +518,9 @@ class EvaluationJudgementInline(admin.TabularInline):
 
 
 @admin.register(EvaluationRun)
-class EvaluationRunAdmin(admin.ModelAdmin):
+class EvaluationRunAdmin(WorkspaceScopedAdmin):
     list_display = ["__str__", "workspace", "evaluation_set", "status", "judge_model", "created_at"]
-    list_filter = ["workspace", "status"]
+    list_filter = [WorkspaceFilter, "status"]
     readonly_fields = [
         "workspace",
         "evaluation_set",
@@ -502,14 +543,35 @@ class EvaluationRunAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Deleting a token revokes it. Tokens are made with `manage.py create_api_token`, the only
-    place their secret is ever shown."""
+    """Tokens are made with `manage.py create_api_token`, the only place their secret is ever
+    shown. Staff see their own tokens (superusers: everyone's); revoking keeps the row."""
 
-    list_display = ["name", "user", "created_at", "last_used_at"]
+    list_display = ["name", "user", "scope", "created_at", "expires_at", "revoked_at", "last_used_at", "last_used_ip"]
+    list_filter = ["scope"]
     list_select_related = ["user"]
     search_fields = ["name", "user__username"]
-    readonly_fields = ["user", "name", "created_at", "last_used_at"]
+    readonly_fields = [
+        "user",
+        "name",
+        "scope",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+        "last_used_ip",
+    ]
     exclude = ["token_hash"]
+    actions = ["revoke"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        return queryset if request.user.is_superuser else queryset.filter(user=request.user)
 
     def has_add_permission(self, request) -> bool:
         return False
+
+    @admin.action(description="Revoke selected tokens (refused from the next request on)")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            api_token_revoke(token=token)
+        self.message_user(request, f"Revoked {len(queryset)} token(s).", messages.SUCCESS)

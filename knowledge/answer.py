@@ -59,8 +59,17 @@ def answer_messages(
     if result.mode == "bypass":
         system = BYPASS_SYSTEM.format(response_type=response_type)
     else:
-        system = ANSWER_SYSTEM.format(response_type=response_type, context=result.context)
+        system = ANSWER_SYSTEM.format(response_type=response_type, context=_as_data(result.context))
     return [{"role": "system", "content": system}, *recent_turns(history), {"role": "user", "content": question}]
+
+
+_CONTEXT_TAG = re.compile(r"<\s*/?\s*context\s*>", re.IGNORECASE)
+
+
+def _as_data(context: str) -> str:
+    """The context with its delimiters defused: a document that writes "</context>" cannot end
+    the data early and have what follows read as instructions."""
+    return _CONTEXT_TAG.sub(lambda tag: tag.group(0).replace("<", "‹").replace(">", "›"), context)
 
 
 async def astream_answer(

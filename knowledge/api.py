@@ -1,7 +1,8 @@
 """The HTTP API: POST /api/workspaces/<slug>/query, an adapter over the ask service.
 
-Authenticated by the session (with its CSRF check) or by `Authorization: Bearer <token>`;
-the caller must be a member of the workspace. Errors are JSON: {"error": "..."}.
+Authenticated by the session (with its CSRF check) or by `Authorization: Bearer <token>` (a live
+token whose scope allows asking); the caller must be a member of the workspace. Requests are
+rate limited per token, or per user for a session (RATE_LIMIT_API). Errors are JSON: {"error": "..."}.
 """
 
 import json
@@ -28,7 +29,8 @@ from knowledge.asking import (
     check_flag,
     workspace_for_asking,
 )
-from knowledge.bearer import CHALLENGE, abearer_user
+from knowledge.bearer import CHALLENGE, Bearer, abearer_user
+from knowledge.ratelimits import RateLimited, rate_limit_check
 
 _ERROR_STATUS = {"model": 502, "internal": 500}
 
@@ -37,6 +39,13 @@ def _error(status: int, message: str) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     if status == 401:
         response["WWW-Authenticate"] = CHALLENGE
+    return response
+
+
+def _refused(bearer: Bearer) -> JsonResponse:
+    response = _error(bearer.status, bearer.error)
+    if bearer.retry_after is not None:
+        response["Retry-After"] = str(bearer.retry_after)
     return response
 
 
@@ -52,17 +61,22 @@ def _csrf_failure(request) -> str | None:
 
 
 async def _authenticate(request):
-    """(user, None) or (None, an error response). A token needs no CSRF token; a session does."""
+    """(user, None) or (None, an error response). A token needs no CSRF token; a session does.
+    Either way the request counts against the caller's API rate limit."""
     header = request.headers.get("Authorization", "")
     if header:
-        bearer = await abearer_user(header)
-        return (bearer.user, None) if bearer.user is not None else (None, _error(401, bearer.error))
+        bearer = await abearer_user(header, ip=request.META.get("REMOTE_ADDR"))
+        return (bearer.user, None) if bearer.user is not None else (None, _refused(bearer))
     user = await request.auser()
     if not user.is_authenticated:
         return None, _error(401, "Log in, or send an API token as 'Authorization: Bearer <token>'.")
     reason = _csrf_failure(request)
     if reason:
         return None, _error(403, f"CSRF check failed ({reason}). Send the X-CSRFToken header, or use an API token.")
+    try:
+        await sync_to_async(rate_limit_check)(limit="RATE_LIMIT_API", user=user)
+    except RateLimited as limited:
+        return None, _refused(Bearer(error=str(limited), status=429, retry_after=limited.retry_after))
     return user, None
 
 

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from channels.db import database_sync_to_async
@@ -31,7 +31,7 @@ from django.http import Http404
 
 from knowledge import llm
 from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_citations, answer_is_extractive, astream_answer
-from knowledge.models import Chunk, Document, Workspace
+from knowledge.models import Chunk, Document, Role, Workspace
 from knowledge.retrieval import (
     DEFAULT_CHUNK_TOP_K,
     DEFAULT_MODE,
@@ -257,6 +257,8 @@ class ErrorEvent:
     message: str
     # "model": a model call failed after its retries (HTTP 502); "internal": a bug, logged (HTTP 500).
     reason: str
+    # The model's failure, for a caller that knows who asks (ask_stream words it for the asker).
+    error: llm.LLMError | None = field(default=None, compare=False, repr=False)
 
 
 AskEvent = RetrievalEvent | TokenEvent | DoneEvent | ErrorEvent
@@ -277,7 +279,7 @@ async def ask_stream(
     try:
         result = await database_sync_to_async(_retrieve, thread_sensitive=False)(workspace, request, usage)
     except llm.LLMError as exc:
-        yield ErrorEvent(message=str(exc), reason="model")
+        yield _model_error(exc, workspace)
         return
     except Exception:
         logger.exception("Retrieval for a question in workspace %s failed", workspace.slug)
@@ -287,7 +289,17 @@ async def ask_stream(
     yield RetrievalEvent(result=result, engine=answer_engine())
     async with aclosing(answer_stream(request=request, result=result, usage=usage)) as events:
         async for event in events:
+            if isinstance(event, ErrorEvent) and event.error is not None:
+                event = _model_error(event.error, workspace)
             yield event
+
+
+def _model_error(exc: llm.LLMError, workspace: Workspace) -> "ErrorEvent":
+    """The failure as this asker may read it: owners get the detail (endpoint host, the provider's
+    words, keys masked), everyone else what to do about it. The log always gets the detail."""
+    logger.warning("A model call for a question in workspace %s failed: %s", workspace.slug, exc)
+    role = getattr(workspace, "role", None)
+    return ErrorEvent(message=str(exc) if role == Role.OWNER else exc.public, reason="model")
 
 
 async def answer_stream(
@@ -313,7 +325,7 @@ async def answer_stream(
                 pieces.append(piece)
                 yield TokenEvent(text=piece)
     except llm.LLMError as exc:
-        yield ErrorEvent(message=str(exc), reason="model")
+        yield ErrorEvent(message=exc.public, reason="model", error=exc)
         return
     except Exception:
         logger.exception("Answering a question failed")

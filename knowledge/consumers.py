@@ -2,6 +2,11 @@
 
 The ingestion pipeline publishes `document.progress` to the workspace's group; each event
 becomes an htmx out-of-band swap of that document's row, which htmx-ext-ws applies.
+
+Membership is checked when the socket opens and again whenever it changes: the membership
+services publish `membership.changed`, and the socket of a removed member closes with 4403
+before another event reaches it, while a demoted member's rows lose their write actions at once.
+Events themselves are rendered without a query, so a busy ingestion costs no query per open page.
 """
 
 from channels.db import database_sync_to_async
@@ -32,6 +37,7 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
         except Http404:
             await self.refuse(CLOSE_NOT_A_MEMBER)
             return
+        self.user = user
         self.group = workspace_group(self.workspace.pk)
         # Joined before accepting, so no event published after the page sees "open" is missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -51,6 +57,8 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
         """The socket only listens; htmx-ext-ws sends nothing unless a form asks it to."""
 
     async def document_progress(self, event):
+        if self.workspace is None:
+            return
         # Rendered from the event alone: no query per event per open page.
         html = render_to_string(
             "knowledge/_document_row.html",
@@ -58,10 +66,23 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
                 "doc": event["document"],
                 "workspace": self.workspace,
                 "can_edit": ROLE_RANK[self.workspace.role] >= ROLE_RANK[Role.EDITOR],
+                "is_owner": self.workspace.role == Role.OWNER,
                 "oob": True,
             },
         )
         await self.send(text_data=html)
 
     async def document_deleted(self, event):
+        if self.workspace is None:
+            return
         await self.send(text_data=f'<tr id="document-{int(event["document"]["id"])}" hx-swap-oob="delete"></tr>')
+
+    async def membership_changed(self, event):
+        if self.workspace is None or event["user"] not in (None, self.user.pk):
+            return
+        try:
+            self.workspace = await database_sync_to_async(workspace_for_user)(self.user, self.workspace.slug)
+        except Http404:
+            # Events already queued for this socket must not reach a former member either.
+            self.workspace = None
+            await self.close(code=CLOSE_NOT_A_MEMBER)

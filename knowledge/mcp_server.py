@@ -303,9 +303,13 @@ class McpApp:
         if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
             await _json(send, 400, {"error": "This host is not in ALLOWED_HOSTS."})
             return
-        bearer = await abearer_user(headers.get("authorization", ""))
+        client = scope.get("client") or (None, None)
+        bearer = await abearer_user(headers.get("authorization", ""), ip=client[0])
         if bearer.user is None:
-            await _json(send, 401, {"error": bearer.error}, [(b"www-authenticate", CHALLENGE.encode())])
+            extra = [(b"www-authenticate", CHALLENGE.encode())] if bearer.status == 401 else []
+            if bearer.retry_after is not None:
+                extra.append((b"retry-after", str(bearer.retry_after).encode()))
+            await _json(send, bearer.status, {"error": bearer.error}, extra)
             return
         await self._start()
         await server.session_manager.handle_request({**scope, "user": bearer.user}, receive, send)

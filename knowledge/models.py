@@ -106,7 +106,10 @@ class Document(models.Model):
     # Where the text's sections, pages, slides and sheets are (parsing.ParsedDocument.to_json()).
     structure = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
+    # What every member reads; never an endpoint, key or stack trace.
     error = models.TextField(blank=True)
+    # What owners (and the log) read: the provider's own words, endpoint host included, secrets masked.
+    error_detail = models.TextField(blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
     chunks_done = models.PositiveIntegerField(default=0)
     entity_count = models.PositiveIntegerField(default=0)
@@ -459,16 +462,28 @@ class AuditEvent(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token for the HTTP API; only the sha256 of the secret is stored."""
+    """A bearer token for the HTTP APIs; only the sha256 of the secret is stored."""
+
+    class Scope(models.TextChoices):
+        ASK = "ask", "Ask questions only"
+        FULL = "full", "Everything its user may do"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.ASK)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
+    revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_ip = models.GenericIPAddressField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
+
+    def allows(self, scope: str) -> bool:
+        """May this token do what `scope` names? A full token may do anything its user may."""
+        return self.scope == self.Scope.FULL or scope == self.scope
 
 
 # --- Evaluation (issue 7): question sets, runs of two systems, judged answers ----------------

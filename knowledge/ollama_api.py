@@ -62,8 +62,13 @@ def _no_such_model(name: object) -> JsonResponse:
 
 
 async def _user(request):
-    bearer = await abearer_user(request.headers.get("Authorization", ""))
-    return (bearer.user, None) if bearer.user is not None else (None, _error(401, bearer.error))
+    bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
+    if bearer.user is not None:
+        return bearer.user, None
+    response = _error(bearer.status, bearer.error)
+    if bearer.retry_after is not None:
+        response["Retry-After"] = str(bearer.retry_after)
+    return None, response
 
 
 @csrf_exempt

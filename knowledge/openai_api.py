@@ -45,8 +45,10 @@ from knowledge.selectors import workspaces_for_user
 _ERROR_TYPE = {
     400: "invalid_request_error",
     401: "invalid_request_error",
+    403: "permission_error",
     404: "invalid_request_error",
     409: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     502: "server_error",
 }
@@ -71,11 +73,15 @@ def _no_such_model(name: object) -> JsonResponse:
 
 
 async def _user(request):
-    """(user, None) or (None, a 401)."""
-    bearer = await abearer_user(request.headers.get("Authorization", ""))
-    if bearer.user is None:
-        return None, _error(401, bearer.error, code="invalid_api_key")
-    return bearer.user, None
+    """(user, None) or (None, a 401, 403 or 429)."""
+    bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
+    if bearer.user is not None:
+        return bearer.user, None
+    codes = {401: "invalid_api_key", 403: "insufficient_scope", 429: "rate_limit_exceeded"}
+    response = _error(bearer.status, bearer.error, code=codes.get(bearer.status))
+    if bearer.retry_after is not None:
+        response["Retry-After"] = str(bearer.retry_after)
+    return None, response
 
 
 @csrf_exempt

@@ -11,6 +11,7 @@ from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.text import slugify
 
+from knowledge import events
 from knowledge.models import AuditEvent, Chunk, Document, Entity, Membership, Relation, Role, Workspace
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def membership_set_role(*, membership: Membership, actor, role: str) -> Membersh
             _check_an_owner_remains(membership)
         membership.role = role
         membership.save(update_fields=["role"])
+        events.publish_membership_changed(workspace_id=membership.workspace_id, user_id=membership.user_id)
         username = membership.user.get_username()
         audit_record(
             workspace=membership.workspace,
@@ -134,6 +136,7 @@ def membership_remove(*, membership: Membership, actor) -> None:
         username = membership.user.get_username()
         leaving = actor is not None and actor.pk == membership.user_id
         membership.delete()
+        events.publish_membership_changed(workspace_id=membership.workspace_id, user_id=membership.user_id)
         audit_record(
             workspace=membership.workspace,
             actor=actor,

@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from knowledge import events, export, ingestion, llm, parsing, selectors, services
+from knowledge import events, export, ingestion, llm, parsing, ratelimits, selectors, services
 from knowledge.forms import (
     MemberAddForm,
     MemberRoleForm,
@@ -191,6 +191,11 @@ def upload(request, slug):
     workspace = _workspace(request, slug, Role.EDITOR)
     form = UploadForm(_posted(request), request.FILES if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
+        try:
+            count = len(form.cleaned_data["files"]) + bool(form.cleaned_data["text"].strip())
+            ratelimits.rate_limit_check(limit="RATE_LIMIT_UPLOAD", user=request.user, count=count)
+        except ratelimits.RateLimited as limited:
+            return _uploads_refused(request, workspace, form, limited)
         results = _upload_results(request, workspace, form)
         if _wants_json(request):
             return JsonResponse({"results": results})
@@ -204,6 +209,16 @@ def upload(request, slug):
         return JsonResponse({"error": problems}, status=400)
     status = 400 if form.errors else 200
     return render(request, "knowledge/upload.html", _context(workspace, form=form), status=status)
+
+
+def _uploads_refused(request, workspace, form, limited: ratelimits.RateLimited) -> HttpResponse:
+    if _wants_json(request):
+        response = JsonResponse({"error": str(limited)}, status=429)
+    else:
+        form.add_error(None, str(limited))
+        response = render(request, "knowledge/upload.html", _context(workspace, form=form), status=429)
+    response["Retry-After"] = str(limited.retry_after)
+    return response
 
 
 def _document(workspace: Workspace, pk: int) -> Document:
@@ -507,3 +522,27 @@ def audit(request, slug):
     events = workspace.audit_events.select_related("actor")
     page = Paginator(events, 100).get_page(request.GET.get("page"))
     return render(request, "knowledge/audit.html", _context(workspace, page=page))
+
+
+def login_locked_out(request, original_response=None, credentials=None):
+    """django-axes' answer to a locked-out login (settings.AXES_LOCKOUT_CALLABLE): the page in
+    the site's layout, a 429, and Retry-After, since every failure restarts the pause."""
+    from axes.helpers import get_client_username, get_cool_off
+
+    cool_off = get_cool_off(request)
+    context = {
+        "failure_limit": settings.LOGIN_FAILURE_LIMIT,
+        "username": get_client_username(request, credentials) or "",
+        "cooloff_timedelta": cool_off,
+    }
+    response = render(request, "registration/locked_out.html", context, status=429)
+    response["Retry-After"] = str(int(cool_off.total_seconds()))
+    return response
+
+
+def healthz(request):
+    """For the container healthcheck (scripts/healthcheck.py): the app answers and reaches its database."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    return HttpResponse("ok", content_type="text/plain")

@@ -150,6 +150,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     os.environ["REDIS_URL"] = ensure_redis()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # `make run` serves plain HTTP on this machine; a deployment puts a TLS proxy in front instead.
+    os.environ.setdefault("HTTPS", "false")
     import django
     from django.core.management import call_command
 

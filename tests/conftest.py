@@ -1,7 +1,17 @@
+from uuid import uuid4
+
 import pytest
 
 from knowledge.models import Role
 from tests.factories import make_user, make_workspace
+
+
+@pytest.fixture(autouse=True)
+def _plain_http_and_own_rate_limits(settings):
+    """The test client speaks plain HTTP (with DEBUG off a deployment redirects it to HTTPS), and
+    each test counts its rate limits under its own cache prefix, so no test spends another's."""
+    settings.SECURE_SSL_REDIRECT = False
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid4().hex}"}}
 
 
 @pytest.fixture

@@ -58,6 +58,8 @@ def process_env(**overrides) -> dict:
         "EMBEDDING_MODEL": settings.EMBEDDING_MODEL,
         "LLM_RETRY_BACKOFF": str(settings.LLM_RETRY_BACKOFF),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        # Started servers speak plain HTTP to the test, as `make run` does.
+        "HTTPS": "false",
         "LOG_LEVEL": "INFO",
     }
     env.update({name: str(value) for name, value in overrides.items()})

@@ -149,7 +149,7 @@ async def _judge_all(questions, answers_a: list[SystemAnswer], answers_b: list[S
                     cache=False,
                 )
             except llm.LLMError as exc:
-                row["error"] = f"judge call failed: {exc}"
+                row["error"] = f"judge call failed: {exc.public}"
             else:
                 parsed = parse_verdict(row["raw"])
                 row["verdicts"] = verdicts_for_systems(parsed, order=order)

@@ -94,7 +94,7 @@ def _retrieve_into(item: _Prepared, *, workspace: Workspace, **arguments) -> Ret
     try:
         item.result = retrieve(workspace=workspace, chunk_top_k=CHUNK_TOP_K, usage=item.answer.usage, **arguments)
     except llm.LLMError as exc:
-        item.answer.error = str(exc)
+        item.answer.error = exc.public
     return item.result
 
 
@@ -119,13 +119,13 @@ def _retrieve_hyde(runner: asyncio.Runner, workspace: Workspace, prepared: list[
     )
     for item, passage in zip(prepared, passages, strict=True):
         if isinstance(passage, llm.LLMError):
-            item.answer.error = str(passage)
+            item.answer.error = passage.public
             continue
         try:
             # A passage, embedded as a passage: HyDE matches document to document.
             vector = llm.embed([passage.strip() or item.question], purpose="passage", usage=item.answer.usage)[0]
         except llm.LLMError as exc:
-            item.answer.error = str(exc)
+            item.answer.error = exc.public
             continue
         if _retrieve_into(
             item, workspace=workspace, mode="naive", question=item.question, vectors=QueryVectors(question=vector)
@@ -151,7 +151,7 @@ def _retrieve_decomposed(runner: asyncio.Runner, workspace: Workspace, prepared:
     )
     for item, reply in zip(prepared, replies, strict=True):
         if isinstance(reply, llm.LLMError):
-            item.answer.error = str(reply)
+            item.answer.error = reply.public
             continue
         parts = sub_questions(reply, question=item.question)
         per_part = math.ceil(CHUNK_TOP_K / len(parts))
@@ -164,7 +164,7 @@ def _retrieve_decomposed(runner: asyncio.Runner, workspace: Workspace, prepared:
                     )
                 )
         except llm.LLMError as exc:
-            item.answer.error = str(exc)
+            item.answer.error = exc.public
             continue
         item.result = merged_result(question=item.question, results=results)
         item.result.stats["sub_questions"] = parts

@@ -68,8 +68,10 @@ def _record_rebuild(workspace_id: int, entity_ids: Iterable[int], relation_ids: 
     )
 
 
-def document_fail(*, document_id: int, error: str) -> Document | None:
+def document_fail(*, document_id: int, error: str, detail: str = "") -> Document | None:
     """Give up on a document: failed, with a message a person can act on, and nothing of it in the graph.
+
+    `error` is what every member reads; `detail` (endpoints, the provider's words) only owners.
 
     Its chunks, their vectors and its extraction records stay (unpublished), so a retry costs
     neither embeddings nor model calls for what was already done.
@@ -88,6 +90,7 @@ def document_fail(*, document_id: int, error: str) -> Document | None:
         Document.objects.filter(pk=document_id).update(
             status=Document.Status.FAILED,
             error=error[:2000],
+            error_detail=detail[:2000],
             lease_owner="",
             lease_expires_at=None,
             attempts=0,

@@ -37,7 +37,12 @@ MAX_QUEUED_WAKEUPS = 8
 
 class IngestInterrupted(Exception):
     """A run stopped on a transient error (model or database unreachable); the document waits for
-    its next turn after a backoff and fails only after INGEST_MAX_ATTEMPTS such errors in a row."""
+    its next turn after a backoff and fails only after INGEST_MAX_ATTEMPTS such errors in a row.
+    `str(err)` is the detail for owners and operators; `public` what every member may read."""
+
+    def __init__(self, message: str, *, public: str):
+        super().__init__(message)
+        self.public = public
 
 
 def worker_identity() -> str:
@@ -161,7 +166,8 @@ def _run(
         raise
     except (llm.LLMError, OperationalError, InterfaceError, SoftTimeLimitExceeded) as err:
         if isinstance(err, llm.LLMError) and not err.transient:
-            return cleanup.document_fail(document_id=document_id, error=str(err))
+            logger.warning("ingestion of document %s failed: %s", document_id, err)
+            return cleanup.document_fail(document_id=document_id, error=err.public, detail=str(err))
         _interrupted(document_id, owner, err)
     except parsing.ParseError as err:
         return cleanup.document_fail(document_id=document_id, error=str(err))
@@ -173,34 +179,36 @@ def _run(
         logger.exception("ingestion of document %s failed", document_id)
         return cleanup.document_fail(
             document_id=document_id,
-            error=f"Ingestion failed unexpectedly ({err.__class__.__name__}: {err}). Retry it; "
-            "if it fails again, report this message.",
+            error="Ingestion failed unexpectedly; the error was logged. Retry it; if it fails again, tell an owner.",
+            detail=llm.redact(f"{err.__class__.__name__}: {err}"),
         )
     finally:
         heartbeat.stop()
     return Document.objects.filter(pk=document_id).first()
 
 
-def _describe_interruption(err: Exception) -> str:
+def _describe_interruption(err: Exception) -> tuple[str, str]:
+    """(the detail, what every member may read)."""
     if isinstance(err, llm.LLMError):
-        return str(err)
+        return str(err), err.public
     if isinstance(err, SoftTimeLimitExceeded):
-        return "A step took longer than CELERY_TASK_TIME_LIMIT allows."
-    return f"The database connection failed: {err}"
+        message = "A step took longer than CELERY_TASK_TIME_LIMIT allows."
+        return message, message
+    # The driver's message names the database host; members only learn that it failed.
+    return llm.redact(f"The database connection failed: {err}"), "The database connection failed."
 
 
 def _interrupted(document_id: int, owner: str, err: Exception) -> None:
-    message = _describe_interruption(err)
+    message, public = _describe_interruption(err)
+    logger.warning("ingestion of document %s interrupted: %s", document_id, message)
     try:
         if not connection.in_atomic_block:
             # A connection broken by a database restart is replaced rather than reused.
             close_old_connections()
         attempts = (Document.objects.filter(pk=document_id).values_list("attempts", flat=True).first() or 0) + 1
         if attempts > settings.INGEST_MAX_ATTEMPTS:
-            cleanup.document_fail(
-                document_id=document_id,
-                error=f"{message} (gave up after {settings.INGEST_MAX_ATTEMPTS} attempts; Retry when it is fixed)",
-            )
+            gave_up = f" (gave up after {settings.INGEST_MAX_ATTEMPTS} attempts; Retry when it is fixed)"
+            cleanup.document_fail(document_id=document_id, error=public + gave_up, detail=message + gave_up)
         else:
             delay = settings.INGEST_RETRY_BACKOFF * 2 ** (attempts - 1)
             _release(
@@ -209,13 +217,14 @@ def _interrupted(document_id: int, owner: str, err: Exception) -> None:
                 delay=delay,
                 status=Document.Status.PENDING,
                 attempts=attempts,
-                error=f"Interrupted, will retry in {delay:.0f} s: {message}",
+                error=f"Interrupted, will retry in {delay:.0f} s: {public}",
+                error_detail=message,
             )
             steps.announce(document_id)
     except DatabaseError:
         # The lease expires by itself and the sweeper brings the document back.
         logger.warning("could not put document %s back after: %s", document_id, message, exc_info=True)
-    raise IngestInterrupted(message) from err
+    raise IngestInterrupted(message, public=public) from err
 
 
 def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) -> int | None:
@@ -273,6 +282,7 @@ def document_retry(*, document: Document) -> bool:
             .update(
                 status=Document.Status.PENDING,
                 error="",
+                error_detail="",
                 attempts=0,
                 next_attempt_at=now,
                 lease_owner="",

@@ -313,7 +313,9 @@ def _extract(document: Document, owner: str) -> None:
     if outcome.errors:
         error = outcome.errors[0]
         raise llm.LLMError(
-            f"{len(batch) - len(extracted)} chunk(s) could not be extracted: {error}", transient=error.transient
+            f"{len(batch) - len(extracted)} chunk(s) could not be extracted: {error}",
+            transient=error.transient,
+            public=error.public,
         )
 
 
@@ -417,6 +419,7 @@ def _publish(document: Document, owner: str) -> None:
                     stage_total=1,
                     processed_at=now,
                     error="",
+                    error_detail="",
                     attempts=0,
                     entity_count=len(entity_ids),
                     relation_count=len(relation_ids),

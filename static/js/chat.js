@@ -31,8 +31,16 @@
   ];
 
   const md = window.markdownit({ html: false, linkify: false, typographer: false });
-  md.disable("image");
   md.validateLink = (url) => SAFE_URL.test(url.trim());
+  // As chat/rendering.py: an image is its alt text, so no answer makes a reader's browser
+  // fetch an address a model (or a poisoned document) chose.
+  md.core.ruler.push("images_as_text", (state) => {
+    for (const block of state.tokens) {
+      if (block.type !== "inline" || !block.children) continue;
+      block.children = block.children.map((token) =>
+        token.type === "image" ? Object.assign(new state.Token("text", "", 0), { content: token.content }) : token);
+    }
+  });
   md.core.ruler.push("citation_links", (state) => {
     for (const block of state.tokens) {
       if (block.type !== "inline" || !block.children) continue;
@@ -57,7 +65,9 @@
     let position = 0;
     for (const match of text.matchAll(CITATION)) {
       if (match.index > position) tokens.push(textToken(text.slice(position, match.index)));
-      match[1].match(/[SER]\d+/g).forEach((id, index) => {
+      // A marker of a row the context never held is invented: it goes, as on the server.
+      const known = state.env.citationIds;
+      match[1].match(/[SER]\d+/g).filter((id) => !known || known.has(id)).forEach((id, index) => {
         if (index) tokens.push(textToken(" "));
         const open = new state.Token("link_open", "a", 1);
         open.attrs = [["href", `#cite-${id}`], ["class", "cite"], ["data-cite", id]];
@@ -77,7 +87,8 @@
     });
   }
 
-  const renderMarkdown = (text) => clean(md.render(text));
+  const renderMarkdown = (text, citations) =>
+    clean(md.render(text, citations ? { citationIds: new Set(citations.map((row) => String(row.id))) } : {}));
 
   // A whole message rendered by the server (chat/_message.html): the answer inside it was
   // already cleaned by nh3; this pass keeps the page safe should that ever change.
@@ -270,7 +281,7 @@
       streaming.frame = requestAnimationFrame(() => {
         if (!streaming) return;
         streaming.frame = 0;
-        streaming.body.innerHTML = renderMarkdown(streaming.text);
+        streaming.body.innerHTML = renderMarkdown(streaming.text, streaming.sources && streaming.sources.citations);
         follow();
       });
     }

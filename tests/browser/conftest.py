@@ -51,6 +51,7 @@ def daphne_server(transactional_db, settings):
         "EMBEDDING_BASE_URL": settings.EMBEDDING_BASE_URL,
         "EMBEDDING_API_KEY": settings.EMBEDDING_API_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "HTTPS": "false",
         "LOG_LEVEL": "WARNING",
     }
     ARTIFACTS.mkdir(exist_ok=True)

@@ -62,7 +62,7 @@ def reader(transactional_db):
 def _open_chat(page, server):
     log_in(page, server, "reader", "reader-pass-1")
     page.goto(f"{server}{reverse('chat:new', args=['acme'])}")
-    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
+    page.wait_for_function("() => document.getElementById('chat-status').textContent === 'Ready.'")
 
 
 def _ask(page, question):
@@ -72,8 +72,8 @@ def _ask(page, question):
 
 def _wait_done(page, answers=1):
     page.wait_for_function(
-        f"document.querySelectorAll('.message-assistant[data-answer]:not([data-answer=\"\"])').length >= {answers}"
-        " && document.getElementById('chat-status').textContent.startsWith('Done')",
+        "() => document.querySelectorAll('.message-assistant[data-answer]:not([data-answer=\"\"])')"
+        f".length >= {answers} && document.getElementById('chat-status').textContent.startsWith('Done')",
         timeout=30_000,
     )
 
@@ -139,7 +139,7 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     expect(page.locator("#citations-scroll .linked").first).to_be_visible()
     before = page.evaluate("window.chatGraph().elements().length")
     page.mouse.dblclick(x, y)
-    page.wait_for_function("document.getElementById('chat-status').textContent.includes('neighbour')")
+    page.wait_for_function("() => document.getElementById('chat-status').textContent.includes('neighbour')")
     assert page.evaluate("window.chatGraph().elements().length") >= before
 
     # [S1] in the answer leads to its row; the row opens the passage inside its document.
@@ -159,7 +159,7 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
     live_question = page.locator(".message-user").first.bounding_box()["height"]
     live_answer = page.locator(".message-assistant").first.evaluate("a => a.querySelector('.answer-sources').innerText")
     page.reload()
-    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
+    page.wait_for_function("() => document.getElementById('chat-status').textContent === 'Ready.'")
     assert "first published algorithm" in page.inner_text(".message-assistant .answer-body")
     assert page.evaluate("window.chatGraph().nodes().length") == nodes
     assert page.locator("#cite-S1").count() == 1
@@ -190,7 +190,7 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
     saved(lambda: page.select_option("#ask-mode", "local"))
     expect(page.locator("#chat-status")).to_have_text("Settings saved; they apply to your next questions.")
     page.reload()
-    page.wait_for_function("document.getElementById('chat-status').textContent === 'Ready.'")
+    page.wait_for_function("() => document.getElementById('chat-status').textContent === 'Ready.'")
     assert page.input_value("#ask-mode") == "local"
     assert page.input_value("#ask-top-k") == "7"
     assert page.input_value("#ask-chunk-top-k") == "3"
@@ -209,7 +209,7 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
     assert "Bullet Points" in json.dumps(ask)
 
     page.click(".message-assistant .copy-answer")
-    page.wait_for_function("document.getElementById('chat-status').textContent.includes('copied')")
+    page.wait_for_function("() => document.getElementById('chat-status').textContent.includes('copied')")
     assert page.evaluate("navigator.clipboard.readText()") == ANSWER
 
     page.click(".message-assistant .regenerate")

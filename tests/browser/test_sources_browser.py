@@ -100,7 +100,7 @@ def test_a_big_subgraph_shows_what_the_answer_cites_first_readably(saved_answer,
     errors = console_errors(page)
     log_in(page, daphne_server, "reader", "reader-pass-1")
     page.goto(f"{daphne_server}{reverse('chat:conversation', args=['acme', saved_answer['conversation'].pk])}")
-    page.wait_for_function("window.chatGraph() && window.chatGraph().nodes().length > 0")
+    page.wait_for_function("() => window.chatGraph() && window.chatGraph().nodes().length > 0")
 
     # About thirty nodes by default, the cited ones among them; "show all" expands.
     drawn = page.evaluate("window.chatGraph().nodes().map(node => node.data('row'))")

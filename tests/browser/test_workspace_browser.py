@@ -206,7 +206,7 @@ def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(
     graph_url = f"{daphne_server}{reverse('knowledge:graph', args=['acme'])}"
     page.goto(graph_url)
 
-    page.wait_for_function("document.getElementById('graph-status').textContent.includes('entities')")
+    page.wait_for_function("() => document.getElementById('graph-status').textContent.includes('entities')")
     assert page.text_content("#graph-status") == "3 entities, 2 relations."
     assert page.locator("#graph canvas").count() > 0
     # The legend shows each type with its count, in the colours every page uses.
@@ -222,7 +222,7 @@ def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(
     # Enter in the find box highlights and centres the match, and opens it in the panel, on this page.
     page.fill("#graph-search", "babb")
     page.keyboard.press("Enter")
-    page.wait_for_function("document.getElementById('graph-status').textContent.startsWith('1 match')")
+    page.wait_for_function("() => document.getElementById('graph-status').textContent.startsWith('1 match')")
     assert page.url == graph_url
     assert page.evaluate("graphView.cy().nodes('.match').map(node => node.data('label'))") == ["Babbage"]
     page.wait_for_timeout(400)  # the centring animation
@@ -258,11 +258,11 @@ def test_the_graph_view_explains_a_node_beside_the_graph_and_finds_by_name(
     # Filters: hide a type from the legend, or the nodes under a degree.
     visible = "graphView.cy().nodes(':visible').map(node => node.data('label')).sort().join()"
     page.click("#graph-legend button[data-type=technology]")
-    page.wait_for_function(f"{visible} === 'Ada,Babbage'")
+    page.wait_for_function(f"() => {visible} === 'Ada,Babbage'")
     page.click("#graph-legend button[data-type=technology]")
-    page.wait_for_function(f"{visible} === 'Ada,Babbage,Engine'")
+    page.wait_for_function(f"() => {visible} === 'Ada,Babbage,Engine'")
     page.locator("#graph-min-degree").fill("2")
-    page.wait_for_function(f"{visible} === 'Ada'")
+    page.wait_for_function(f"() => {visible} === 'Ada'")
     expect(page.locator("#graph-status")).to_have_text("1 of 3 entities, 2 relations.")
     assert errors == []
 
@@ -296,7 +296,7 @@ def test_the_graph_view_draws_two_thousand_nodes_with_the_fast_layout(big_graph,
     page = browser_page
     _log_in(page, daphne_server)
     page.goto(f"{daphne_server}{reverse('knowledge:graph', args=['acme'])}?limit=2000")
-    page.wait_for_function("window.graphView && graphView.stats.layoutMs !== undefined", timeout=60_000)
+    page.wait_for_function("() => window.graphView && graphView.stats.layoutMs !== undefined", timeout=60_000)
 
     stats = page.evaluate("graphView.stats")
     assert stats["nodes"] == 2000
@@ -330,12 +330,12 @@ def test_the_graph_view_draws_two_thousand_nodes_with_the_fast_layout(big_graph,
     for _ in range(10):
         page.mouse.wheel(0, -120)
         page.wait_for_timeout(100)
-    page.wait_for_function("frameCount.ms >= 1500")
+    page.wait_for_function("() => frameCount.ms >= 1500")
     frames = page.evaluate("({ frames: frameCount.frames, ms: Math.round(frameCount.ms) })")
 
     # Thinned out by degree, what is left is laid out again with the full pass.
     page.locator("#graph-min-degree").fill("3")
-    page.wait_for_function("graphView.stats.layout === 'fcose/default'", timeout=60_000)
+    page.wait_for_function("() => graphView.stats.layout === 'fcose/default'", timeout=60_000)
     shown = page.evaluate("graphView.cy().nodes(':visible').length")
     assert 0 < shown <= 400
     page.screenshot(path=str(ARTIFACTS / "graph-2000-degree-3.png"))
@@ -352,8 +352,8 @@ def test_a_cited_chunk_opens_highlighted_and_in_view(team, daphne_server, browse
     mark = page.locator(f"mark#chunk-{chunk.pk}")
     assert mark.text_content() == "The cited sentence is here."
     page.wait_for_function(
-        f"(() => {{ const r = document.getElementById('chunk-{chunk.pk}').getBoundingClientRect();"
-        " return r.top >= 0 && r.bottom <= window.innerHeight; })()"
+        f"() => {{ const r = document.getElementById('chunk-{chunk.pk}').getBoundingClientRect();"
+        " return r.top >= 0 && r.bottom <= window.innerHeight; }"
     )
 
 

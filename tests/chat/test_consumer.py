@@ -203,17 +203,37 @@ async def test_it_reports_a_failing_model_and_stays_usable(handbook_workspace, v
     [error] = await ask(communicator)
 
     assert error["type"] == "error"
-    assert "answered 500" in error["message"]
-    assert "try again later" in error["message"]
+    # A viewer learns what to do, never where the model lives or what it said.
+    assert error["message"] == (
+        "The chat model did not answer; try again later. If it keeps failing, an owner should check LLM settings."
+    )
     assert (await ask(communicator))[-1]["type"] == "done"
     # Now the keywords are cached, so the failure hits the streamed answer itself.
     chat_model.fail(2, status=503)
     events = await ask(communicator)
     assert [event["type"] for event in events] == ["retrieval", "error"]
-    assert "answered 503" in events[-1]["message"]
+    assert "an owner should check LLM settings" in events[-1]["message"]
+    assert "503" not in events[-1]["message"]
+    assert "127.0.0.1" not in events[-1]["message"]
     assert (await ask(communicator))[-1]["type"] == "done"
     answers = [m for m in await saved_messages() if m.role == "assistant"]
     assert [answer.content for answer in answers] == [ANSWER, ANSWER]
+    await communicator.disconnect()
+
+
+async def test_it_tells_an_owner_what_the_failing_model_said_without_its_key(
+    handbook_workspace, owner, chat_model, settings
+):
+    settings.LLM_MAX_RETRIES = 0
+    settings.LLM_API_KEY = "sk-live-secret-key-123456"
+    communicator = await open_socket(owner)
+    chat_model.fail(1, status=401, message="Incorrect API key provided: sk-live-secret-key-123456")
+
+    [error] = await ask(communicator)
+
+    assert "refused the API key (401)" in error["message"]
+    assert "127.0.0.1" in error["message"]
+    assert "sk-live" not in error["message"]
     await communicator.disconnect()
 
 
@@ -420,3 +440,20 @@ async def test_a_slow_retrieval_holds_up_no_other_socket(handbook_workspace, own
     assert (await events_until(first, "done"))[-1]["type"] == "done"
     await first.disconnect()
     await second.disconnect()
+
+
+async def test_it_refuses_questions_past_the_limit_with_an_error_saying_when_to_retry(
+    handbook_workspace, viewer, chat_model, settings
+):
+    settings.RATE_LIMIT_ASK = (1, 3600)
+    communicator = await open_socket(viewer)
+    assert (await ask(communicator))[-1]["type"] == "done"
+
+    [error] = await ask(communicator, question="And who built it?")
+
+    assert error["type"] == "error"
+    assert error["message"].startswith("Too many questions for now; try again in ")
+    assert 60 < error["retry_after"] <= 3600
+    # The socket stays open, and the refused question was not saved.
+    assert [message.role for message in await saved_messages()] == ["user", "assistant"]
+    await communicator.disconnect()

@@ -73,7 +73,7 @@ def test_ingest_reports_failed_documents_and_exits_non_zero(openai_double, corpu
         _run("ingest", str(corpus / "a.txt"), str(corpus / "nested" / "b.md"), "--workspace", workspace.slug)
 
     assert set(Document.objects.values_list("status", flat=True)) == {"failed"}
-    assert "server exploded" in Document.objects.first().error
+    assert "server exploded" in Document.objects.first().error_detail
 
 
 def test_documents_and_graph_stats_print_json(openai_double, corpus, workspace):

@@ -4,6 +4,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 
 from config.routing import websocket_urlpatterns
@@ -22,6 +23,14 @@ def private_channel_layer(settings):
             "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": "test-teams-consumers"},
         }
     }
+
+
+@pytest.fixture(autouse=True)
+async def close_worker_connections():
+    """ORM calls made through sync_to_async run on asgiref's worker thread; its connection must
+    close before the test database can be flushed and dropped."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -163,3 +172,88 @@ async def test_every_socket_turns_away_anonymous_visitors_and_non_members(team, 
         socket = WebsocketCommunicator(app, path, headers=await sync_to_async(_cookie)(user))
         await socket.connect()
         assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
+
+
+def _membership(workspace, user):
+    from knowledge.models import Membership
+
+    return Membership.objects.get(workspace=workspace, user=user)
+
+
+async def test_it_closes_a_removed_members_socket_with_4403_before_the_next_event(team):
+    from knowledge.services import membership_remove
+
+    document = await _make_document(team["workspace"])
+    socket = await _socket(team["viewer"])
+    assert (await socket.connect())[0]
+    group = f"workspace-{team['workspace'].pk}"
+    await get_channel_layer().group_send(group, _progress(document))
+    assert (await socket.receive_from(timeout=5)).startswith("<tr")
+
+    membership = await sync_to_async(_membership)(team["workspace"], team["viewer"])
+    await sync_to_async(membership_remove)(membership=membership, actor=team["owner"])
+    await get_channel_layer().group_send(group, _progress(document, title="After the removal"))
+
+    assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    assert await socket.receive_nothing(timeout=0.5)
+
+
+async def test_it_keeps_the_socket_of_members_whose_membership_did_not_change(team):
+    from knowledge.services import membership_remove
+
+    document = await _make_document(team["workspace"])
+    socket = await _socket(team["owner"])
+    assert (await socket.connect())[0]
+
+    membership = await sync_to_async(_membership)(team["workspace"], team["viewer"])
+    await sync_to_async(membership_remove)(membership=membership, actor=team["owner"])
+    await get_channel_layer().group_send(f"workspace-{team['workspace'].pk}", _progress(document))
+
+    assert "Delete" in await socket.receive_from(timeout=5)
+    await socket.disconnect()
+
+
+async def test_it_drops_the_write_actions_of_a_demoted_editor_at_once(team):
+    from knowledge.models import Membership
+    from knowledge.services import membership_set_role
+
+    editor = await sync_to_async(make_user)("editor")
+    membership = await sync_to_async(Membership.objects.create)(
+        workspace=team["workspace"], user=editor, role=Role.EDITOR
+    )
+    document = await _make_document(team["workspace"])
+    socket = await _socket(editor)
+    assert (await socket.connect())[0]
+    group = f"workspace-{team['workspace'].pk}"
+    await get_channel_layer().group_send(group, _progress(document))
+    assert "Delete" in await socket.receive_from(timeout=5)
+
+    await sync_to_async(membership_set_role)(membership=membership, actor=team["owner"], role=Role.VIEWER)
+    await get_channel_layer().group_send(group, _progress(document))
+
+    html = await socket.receive_from(timeout=5)
+    assert html.startswith("<tr")
+    assert "Delete" not in html
+    await socket.disconnect()
+
+
+async def test_it_shows_the_error_detail_to_owners_only(team):
+    document = await _make_document(team["workspace"])
+    event = _progress(
+        document,
+        status="failed",
+        error="The chat model refused the request; an owner should check LLM settings.",
+        error_detail="The chat model at http://llm.internal:8080/v1 refused the API key (401).",
+    )
+    owner, viewer = await _socket(team["owner"]), await _socket(team["viewer"])
+    assert (await owner.connect())[0]
+    assert (await viewer.connect())[0]
+
+    await get_channel_layer().group_send(f"workspace-{team['workspace'].pk}", event)
+    seen_by_owner, seen_by_viewer = await owner.receive_from(timeout=5), await viewer.receive_from(timeout=5)
+
+    assert "an owner should check LLM settings" in seen_by_viewer
+    assert "llm.internal" not in seen_by_viewer
+    assert "http://llm.internal:8080/v1 refused the API key" in seen_by_owner
+    await owner.disconnect()
+    await viewer.disconnect()

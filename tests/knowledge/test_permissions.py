@@ -57,6 +57,8 @@ CASES: dict[str, list[Case]] = {
     "login": [Case(args=(), min_role=None, anonymous="public")],
     "logout": [Case(args=(), method="post", min_role=None, anonymous="public")],
     "home": [LOGIN_ONLY],
+    # The container healthcheck: says only "ok" (tests/test_deployment.py).
+    "healthz": [Case(args=(), min_role=None, anonymous="public")],
     "knowledge:workspace_new": [LOGIN_ONLY],
     "knowledge:workspace": [Case()],
     "knowledge:documents": [Case()],

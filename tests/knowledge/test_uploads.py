@@ -221,3 +221,31 @@ def test_it_answers_a_scripted_upload_with_each_outcome_as_json(editor_client, w
     refused = editor_client.post(upload_url(workspace), {"text": " "}, HTTP_ACCEPT="application/json")
     assert refused.status_code == 400
     assert "Choose at least one file" in refused.json()["error"]
+
+
+def test_it_refuses_uploads_past_the_limit_with_429_and_retry_after(editor_client, workspace, media, settings):
+    settings.RATE_LIMIT_UPLOAD = (2, 3600)
+    files = [SimpleUploadedFile(f"note{n}.txt", f"Note number {n} about the plan.".encode()) for n in range(3)]
+
+    accepted = [
+        editor_client.post(upload_url(workspace), {"files": [file]}, HTTP_ACCEPT="application/json") for file in files
+    ]
+
+    assert [response.status_code for response in accepted] == [200, 200, 429]
+    assert "Too many uploads for now; try again in" in accepted[-1].json()["error"]
+    assert 60 < int(accepted[-1]["Retry-After"]) <= 3600
+    assert Document.objects.count() == 2
+    # Without script, the page says it above the form.
+    page = _upload(editor_client, workspace, SimpleUploadedFile("late.txt", b"Late note."))
+    assert page.status_code == 429
+    assert "Too many uploads" in page.content.decode()
+
+
+def test_it_counts_every_file_of_one_request_against_the_upload_limit(editor_client, workspace, media, settings):
+    settings.RATE_LIMIT_UPLOAD = (2, 3600)
+    files = [SimpleUploadedFile(f"note{n}.txt", f"Note number {n} about the plan.".encode()) for n in range(3)]
+
+    response = _upload(editor_client, workspace, *files)
+
+    assert response.status_code == 429
+    assert Document.objects.count() == 0

@@ -93,7 +93,7 @@ class Command(BaseCommand):
         try:
             result = ingestion.document_ingest(document_id=document.pk, progress=progress)
         except ingestion.IngestInterrupted as err:
-            result = ingestion.document_fail(document_id=document.pk, error=str(err))
+            result = ingestion.document_fail(document_id=document.pk, error=err.public, detail=str(err))
         if interactive:
             self.stdout.write("")
         result = result or Document.objects.get(pk=document.pk)
@@ -103,5 +103,5 @@ class Command(BaseCommand):
                 f"{result.relation_count} relations"
             )
         else:
-            self.stderr.write(f"failed   {path}: {result.error}")
+            self.stderr.write(f"failed   {path}: {result.error_detail or result.error}")
         return result
