@@ -520,28 +520,39 @@ WITH hidden AS (
 ), per_chunk AS (
     SELECT chunk_id, count(*) AS support, bool_or(reaches) AS reached, min(pos) FILTER (WHERE reaches) AS first_pos
     FROM links GROUP BY chunk_id
+), pool AS (
+    SELECT chunk_id, support, first_pos FROM per_chunk WHERE reached
+    ORDER BY support DESC, first_pos, chunk_id LIMIT %(pool)s
 ), top AS (
-    SELECT chunk_id FROM per_chunk WHERE reached ORDER BY support DESC, first_pos, chunk_id LIMIT %(k)s
+    SELECT p.chunk_id, row_number() OVER (ORDER BY {pick}) AS place
+    FROM pool p JOIN knowledge_chunk c ON c.id = p.chunk_id
+    ORDER BY place LIMIT %(k)s
 ), best AS (
     SELECT DISTINCT ON (l.kind, l.item) l.chunk_id
     FROM links l JOIN per_chunk p USING (chunk_id)
     ORDER BY l.kind, l.item, p.support DESC, l.chunk_id
 ), wanted AS (
-    SELECT chunk_id, true AS in_top FROM top
+    SELECT chunk_id, true AS in_top, place FROM top
     UNION ALL
-    SELECT chunk_id, false FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
+    SELECT chunk_id, false, NULL FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
 )
 SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
        CASE WHEN w.in_top THEN c.text END, c.token_count, p.support, w.in_top,
        (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id),
        c.section, c.location, c.page_start, c.page_end, c.anchor
-FROM (SELECT DISTINCT chunk_id, in_top FROM wanted) w
+FROM (SELECT DISTINCT chunk_id, in_top, place FROM wanted) w
 JOIN per_chunk p ON p.chunk_id = w.chunk_id
 JOIN knowledge_chunk c ON c.id = w.chunk_id
 JOIN knowledge_document d ON d.id = c.document_id
 WHERE c.workspace_id = %(workspace_id)s
-ORDER BY w.in_top DESC, p.support DESC, p.first_pos NULLS LAST, c.id
+ORDER BY w.in_top DESC, w.place, p.support DESC, p.first_pos NULLS LAST, c.id
 """
+# Chunks nearest to the question first (LightRAG's VECTOR pick), or the best supported.
+_PICK_NEAREST = "c.embedding <=> %(vector)s::vector, p.support DESC, p.first_pos, p.chunk_id"
+_PICK_SUPPORTED = "p.support DESC, p.first_pos, p.chunk_id"
+# The vector pick ranks at most this many of the best-supported chunks, so a hub entity with
+# thousands of chunks costs a bounded number of distances.
+GRAPH_CHUNK_POOL = 500
 
 _CHUNK_COLUMNS = (
     "chunk_id",
@@ -570,15 +581,17 @@ def chunks_supporting(
     from_entities: bool,
     from_relations: bool,
     k: int,
+    vector: Sequence[float] | None = None,
 ) -> list[dict]:
-    """Source chunks of retrieved entities and relations, most supporting first, in one query.
+    """Source chunks of retrieved entities and relations, in one query.
 
     A chunk's `support` is how many of the given entities and relations it was extracted for.
     The `k` best chunks reached from the entities (`from_entities`) and/or the relations
-    (`from_relations`) come first with their text (`in_top`); after them, without text, the
-    best-supported chunk of every other row, so each entity and relation can be cited. `links`
-    lists the rows each chunk supports as (kind "E" or "R", id, description in that chunk).
-    Ties go to the chunk of the row listed first.
+    (`from_relations`) come first with their text (`in_top`): the nearest to `vector` among
+    the GRAPH_CHUNK_POOL best supported when a vector is given, else the best supported. After
+    them, without text, the best-supported chunk of every other row, so each entity and relation
+    can be cited. `links` lists the rows each chunk supports as (kind "E" or "R", id, description
+    in that chunk). Ties go to the chunk of the row listed first.
     """
     if not entity_ids and not relation_ids:
         return []
@@ -589,7 +602,10 @@ def chunks_supporting(
         "from_entities": from_entities,
         "from_relations": from_relations,
         "k": k,
+        "pool": max(k, GRAPH_CHUNK_POOL),
+        "vector": None if vector is None else _vector_literal(vector),
     }
+    sql = _CHUNKS_SUPPORTING_SQL.format(pick=_PICK_SUPPORTED if vector is None else _PICK_NEAREST)
     with connection.cursor() as cursor:
-        cursor.execute(_CHUNKS_SUPPORTING_SQL, params)
+        cursor.execute(sql, params)
         return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]

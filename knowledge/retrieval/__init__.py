@@ -8,7 +8,9 @@ The ranking rules follow the paper and its reference implementation:
 - hybrid interleaves both; mix adds a chunk search with the whole question (its vector and its
   words, fused by reciprocal rank); naive is that chunk search alone; bypass retrieves nothing.
 - local also looks the low-level keywords up by entity name, so an entity named exactly is found.
-Chunks prefer those that support more of the retrieved entities and relations.
+Of the chunks the retrieved entities and relations come from, those nearest to the question go
+into the context (LightRAG's VECTOR chunk pick); GRAPH_CHUNK_PICK=support prefers instead those
+that support more of the retrieved rows.
 
 Every stage costs a fixed number of SQL queries whatever top_k is (see tests), and every
 queryset is filtered by the workspace.
@@ -131,13 +133,17 @@ def _embed_queries(*, mode, keywords, question, history, vectors, usage) -> Quer
         wanted["low_level"] = ", ".join(keywords.low_level) or question
     if mode in _GLOBAL_MODES and vectors.high_level is None:
         wanted["high_level"] = ", ".join(keywords.high_level) or question
-    if mode in _CHUNK_SEARCH_MODES and vectors.question is None:
+    if (mode in _CHUNK_SEARCH_MODES or _picks_graph_chunks_by_vector(mode)) and vectors.question is None:
         asked = [turn["content"] for turn in history if turn["role"] == "user"]
         wanted["question"] = "\n".join([*asked, question])
     if not wanted:
         return vectors
     embedded = llm.embed(list(wanted.values()), purpose="query", usage=usage)
     return replace(vectors, **dict(zip(wanted, embedded, strict=True)))
+
+
+def _picks_graph_chunks_by_vector(mode: str) -> bool:
+    return mode not in {"naive", "bypass"} and settings.GRAPH_CHUNK_PICK == "vector"
 
 
 def retrieve(
@@ -260,6 +266,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             from_entities=mode in _LOCAL_MODES,
             from_relations=mode in _GLOBAL_MODES,
             k=chunk_top_k,
+            vector=vectors.question if _picks_graph_chunks_by_vector(mode) else None,
         )
     if len(node_ids) > 1:
         lookups["edges"] = lambda: relations_among_entities(

@@ -9,7 +9,7 @@ from knowledge.models import EntitySource
 from knowledge.retrieval import MODES, Budgets, Keywords, concurrent, nlp_keywords, parse_keywords, retrieve
 from knowledge.services import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_workspace
-from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph
+from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph, leaning
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_it_ranks_global_relations_by_edge_rank_and_adds_their_endpoints(graph, 
     assert [row.rank for row in result.entities] == [3, 1, 2, 1]
 
 
-def test_it_prefers_chunks_that_support_more_retrieved_rows(graph, workspace):
+def test_among_equally_near_chunks_it_prefers_those_that_support_more_retrieved_rows(graph, workspace):
     result = ask(workspace, "local")
 
     assert [row.text for row in result.chunks] == [
@@ -57,6 +57,20 @@ def test_it_prefers_chunks_that_support_more_retrieved_rows(graph, workspace):
         "Alice joined in 2020.",
     ]
     assert [row.support for row in result.chunks] == [4, 2, 1]
+
+
+def test_it_puts_the_graph_chunk_nearest_to_the_question_first_unless_told_to_count_support(graph, workspace, settings):
+    _, _, chunks = graph
+    chunks["alice-only"].embedding = leaning(QUESTION, 0.8)
+    chunks["alice-only"].save()
+
+    assert [row.text for row in ask(workspace, "local").chunks] == [
+        "Alice joined in 2020.",
+        "Alice, Bob and Carol met Dave.",
+        "Bob and Erin pair daily.",
+    ]
+    settings.GRAPH_CHUNK_PICK = "support"
+    assert [row.support for row in ask(workspace, "local").chunks] == [4, 2, 1]
 
 
 def test_it_takes_global_chunks_from_the_relations_provenance(graph, workspace):
