@@ -17,6 +17,8 @@ from knowledge.parsing.structure import Builder
 # Below this much visible text a page has no boilerplate worth separating, and trafilatura's
 # scoring (built for pages with navigation around an article) merges or drops the few blocks.
 MAIN_CONTENT_MIN_CHARS = 250
+# A title block longer than this is content of its own, which trafilatura judged already.
+TITLE_BLOCK_MAX_CHARS = 600
 
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _SKIPPED = {
@@ -57,9 +59,30 @@ def html_document(html: str, builder: Builder) -> None:
     if len(" ".join(root.text_content().split())) >= MAIN_CONTENT_MIN_CHARS:
         main = _main_content(html)
         if main is not None:
+            _title_block(root, _text(main), builder)
             _trafilatura_blocks(main, builder)
             return
     html_blocks(root, builder)
+
+
+def _title_block(root, main_text: str, builder: Builder) -> None:
+    """The page's first h1 and the short block around it, when the main content left them out.
+
+    Documentation pages put their title and one-line summary above the content ("git-bisect -
+    Use binary search to find the commit that introduced a bug", in the header block of every
+    asciidoc manual page), where trafilatura takes them for a site header. It is often the page's
+    most informative line, and the one a question about the page names.
+    """
+    heading = next(root.iter("h1"), None)
+    if heading is None or not _text(heading) or _text(heading) in main_text:
+        return
+    if any(ancestor.tag in _SKIPPED for ancestor in heading.iterancestors()):
+        return
+    block = heading.getparent()
+    if block is not None and block.tag not in {"body", "html"} and len(_text(block)) <= TITLE_BLOCK_MAX_CHARS:
+        html_blocks(block, builder)
+    else:
+        builder.heading(1, _text(heading).rstrip(_HEADING_MARKS))
 
 
 def _main_content(html: str):

@@ -96,6 +96,34 @@ def test_a_documentation_page_keeps_its_main_content_without_navigation_sidebar_
     ]
 
 
+# The layout asciidoc gives every manual page (git-doc's, for one): the title and the NAME line
+# sit in a header block above the content.
+MANUAL_PAGE = """<html><head><title>git-frob(1)</title></head><body class="manpage">
+<div id="header"><h1>git-frob(1) Manual Page</h1><h2>NAME</h2>
+<div class="sectionbody"><p>git-frob - Rewrite every commit in reverse order</p></div></div>
+<div id="content"><div class="sect1"><h2 id="_synopsis">SYNOPSIS</h2><div class="sectionbody">
+<div class="verseblock"><pre class="content">git frob [--dry-run] [&lt;commit&gt;]</pre></div></div></div>
+<div class="sect1"><h2 id="_description">DESCRIPTION</h2><div class="sectionbody">
+<div class="paragraph"><p>This command walks the history from the given commit backwards and writes each commit
+again with its parents reversed. It is meant for demonstrations of history rewriting and should
+never be used on a branch that others have fetched, because every commit gets a new name.</p></div>
+<div class="paragraph"><p>With --dry-run it only prints the commits it would rewrite.</p></div></div></div></div>
+<div id="footer"><div id="footer-text">Last updated 2024-01-01</div></div></body></html>"""
+
+
+def test_a_manual_page_keeps_the_title_and_summary_line_of_its_header_block():
+    parsed = parsing.parse_file("git-frob.html", MANUAL_PAGE.encode())
+
+    assert parsed.text.startswith("git-frob(1) Manual Page\n\nNAME\n\ngit-frob - Rewrite every commit in reverse order")
+    assert "This command walks the history" in parsed.text
+    assert "Last updated" not in parsed.text
+    assert [section.path for section in parsed.sections][:3] == [
+        ("git-frob(1) Manual Page",),
+        ("git-frob(1) Manual Page", "NAME"),
+        ("git-frob(1) Manual Page", "SYNOPSIS"),
+    ]
+
+
 def test_markdown_headings_give_exact_section_paths_and_offsets():
     text = (
         "# Guide\n\nIntro.\n\n## Setup\n\nInstall it.\n\n```\n# not a heading\n```\n\n"
