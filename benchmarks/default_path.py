@@ -379,6 +379,7 @@ def stage_totals(documents) -> dict[str, float]:
 
 
 def main() -> None:
+    global DATA
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=300_000, help="Corpus size to aim for, in tokens.")
     parser.add_argument("--max-page-tokens", type=int, default=6_000, help="Leave out pages longer than this.")
@@ -387,11 +388,15 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="Measure the questions again on the kept database.")
     parser.add_argument("--json", type=Path, help="Also write the results to this file.")
     parser.add_argument(
+        "--data", type=Path, default=DATA, help="Folder of the corpus and the Postgres (one per kept corpus)."
+    )
+    parser.add_argument(
         "--floor-once",
         action="store_true",
         help="Measure the floor before ingesting only (it costs about as much as the ingestion; for a quiet machine).",
     )
     args = parser.parse_args()
+    DATA = args.data.resolve()
 
     questions = json.loads(QUESTIONS.read_text())
     ensure_packages()

@@ -163,8 +163,9 @@ def test_it_skips_the_keyword_call_when_keywords_are_given(graph, workspace, ope
 
     assert result.keywords.source == "given"
     assert openai_double.chat_requests() == []
+    # One batch: the keywords for the graph searches, the question to pick the graph's chunks.
     (request,) = openai_double.embedding_requests()
-    assert request.body["input"] == ["Bob", "teamwork"]
+    assert request.body["input"] == ["Bob", "teamwork", "Who works with whom?"]
 
 
 async def _ask(workspace, mode):

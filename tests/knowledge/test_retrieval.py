@@ -259,7 +259,8 @@ def test_it_extracts_keywords_without_a_model():
     keywords = nlp_keywords("How did Alice Smith influence the growth of Acme Corporation in Berlin?")
 
     assert keywords.low_level == ("Alice Smith", "growth", "Acme Corporation", "Berlin")
-    assert keywords.high_level == ("influence",)
+    # The themes: what the question names, then what it asks about it.
+    assert keywords.high_level == ("Alice Smith", "growth", "Acme Corporation", "Berlin", "influence")
 
 
 def test_it_finds_entities_through_real_embeddings_end_to_end(workspace):
