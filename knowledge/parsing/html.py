@@ -74,15 +74,14 @@ def _title_block(root, main_text: str, builder: Builder) -> None:
     most informative line, and the one a question about the page names.
     """
     heading = next(root.iter("h1"), None)
-    if heading is None or not _text(heading) or _text(heading) in main_text:
-        return
-    if any(ancestor.tag in _SKIPPED for ancestor in heading.iterancestors()):
+    title = _text(heading) if heading is not None else ""
+    if not title or title in main_text or any(ancestor.tag in _SKIPPED for ancestor in heading.iterancestors()):
         return
     block = heading.getparent()
     if block is not None and block.tag not in {"body", "html"} and len(_text(block)) <= TITLE_BLOCK_MAX_CHARS:
         html_blocks(block, builder)
     else:
-        builder.heading(1, _text(heading).rstrip(_HEADING_MARKS))
+        builder.heading(1, title.rstrip(_HEADING_MARKS))
 
 
 def _main_content(html: str):
