@@ -148,13 +148,14 @@ def _run(
     heartbeat = _Heartbeat(document_id, owner)
     heartbeat.start()
     try:
+        document = steps.current(document_id)
         while True:
             if heartbeat.lost:
                 raise LeaseLost
-            step = steps.next_step(document_id, owner)
+            step = steps.next_step(document, owner)
             if step is Step.DONE:
                 break
-            steps.run_step(step, document_id, owner, progress)
+            document = steps.run_step(step, document, owner, progress)
             if stop() or (deadline is not None and time.monotonic() >= deadline):
                 _release(document_id, owner)
                 break

@@ -67,18 +67,22 @@ def lease_expiry():
     return timezone.now() + timedelta(seconds=settings.INGEST_LEASE_SECONDS)
 
 
-def next_step(document_id: int, owner: str) -> Step:
-    row = Document.objects.filter(pk=document_id).values_list("stage", "lease_owner").first()
-    if row is None:
+def current(document_id: int) -> Document | None:
+    """The document as steps read it; its text stays in the database until the parse needs it."""
+    return Document.objects.select_related("workspace").defer("text").filter(pk=document_id).first()
+
+
+def next_step(document: Document | None, owner: str) -> Step:
+    if document is None:
         raise DocumentGone
-    stage, lease_owner = row
-    if lease_owner != owner and stage != Stage.DONE:
+    if document.lease_owner != owner and document.stage != Stage.DONE:
         raise LeaseLost
-    return _STEP_OF_STAGE[stage]
+    return _STEP_OF_STAGE[document.stage]
 
 
-def run_step(step: Step, document_id: int, owner: str, progress: Callable[[Document], None]) -> None:
-    document = Document.objects.select_related("workspace").defer("text").get(pk=document_id)
+def run_step(step: Step, document: Document, owner: str, progress: Callable[[Document], None]) -> Document | None:
+    """Run one step; the document as it stands after it (None once deleted), which the next step
+    starts from, so a step costs one read of the document besides its own work."""
     {
         Step.PARSE: _parse,
         Step.EMBED: _embed,
@@ -86,14 +90,15 @@ def run_step(step: Step, document_id: int, owner: str, progress: Callable[[Docum
         Step.BUILD: _build,
         Step.PUBLISH: _publish,
     }[step](document, owner)
-    current = announce(document_id)
-    if current is not None:
-        progress(current)
+    document = announce(document.pk)
+    if document is not None:
+        progress(document)
+    return document
 
 
 def announce(document_id: int) -> Document | None:
     """Tell whoever watches the workspace where the document stands (after commit)."""
-    document = Document.objects.filter(pk=document_id).defer("text").first()
+    document = current(document_id)
     if document is not None:
         events.publish_document_progress(document)
     return document
@@ -241,27 +246,31 @@ def _embed(document: Document, owner: str) -> None:
         .order_by("order")
         .only("pk", "section", "text", "token_count")
     )
-    group, size = [], 0
+    group, size, rest = [], 0, False
     for chunk in missing.iterator(chunk_size=64):
         if group and size + chunk.token_count > EMBED_STEP_TOKENS:
+            rest = True
             break
         group.append(chunk)
         size += chunk.token_count
+    # The step that embeds the last chunks also moves the document on: one step less per document.
+    extracting = {
+        "stage": Stage.EXTRACTING,
+        "stage_done": document.chunks_done,
+        "stage_total": document.chunk_count,
+    }
     if not group:
         with transaction.atomic():
-            _checked(
-                document,
-                owner,
-                stage=Stage.EXTRACTING,
-                stage_done=document.chunks_done,
-                stage_total=document.chunk_count,
-            )
+            _checked(document, owner, **extracting)
         return
     texts = [chunk_embedding_text(chunk) for chunk in group]
     vectors = llm.embed(texts, purpose="passage")
     with transaction.atomic():
         _checked(
-            document, owner, {"embed_chunks": time.perf_counter() - began}, stage_done=F("stage_done") + len(group)
+            document,
+            owner,
+            {"embed_chunks": time.perf_counter() - began},
+            **({"stage_done": F("stage_done") + len(group)} if rest else extracting),
         )
         stage_vectors(
             document_id=document.pk,
@@ -289,11 +298,8 @@ def _extract(document: Document, owner: str) -> None:
         .only("pk", "order", "text")[: _batch_size()]
     )
     if not batch:
-        entity_ids, relation_ids = touched_rows(document)
         with transaction.atomic():
-            _checked(
-                document, owner, stage=Stage.BUILDING, stage_done=0, stage_total=len(entity_ids) + len(relation_ids)
-            )
+            _checked(document, owner, **_building(document))
         return
     outcome = extraction.extract_chunks(chunks=batch, workspace=document.workspace)
     _count_usage(document, outcome.usage)
@@ -301,6 +307,7 @@ def _extract(document: Document, owner: str) -> None:
     # chunks_done only moves past an unbroken run of merged chunks: the next turn starts at the first gap.
     done = next((index for index, chunk in enumerate(batch) if chunk.pk not in extracted), len(batch))
     merging = time.perf_counter()
+    last = done == len(batch) and document.chunks_done + done >= document.chunk_count
     with transaction.atomic():
         graph.merge_chunks(workspace_id=document.workspace_id, records_by_chunk=extracted)
         _checked(
@@ -308,7 +315,8 @@ def _extract(document: Document, owner: str) -> None:
             owner,
             {"extract": merging - began, "merge": time.perf_counter() - merging},
             chunks_done=F("chunks_done") + done,
-            stage_done=F("chunks_done") + done,
+            # The batch that merges the last chunks also moves the document on to building.
+            **(_building(document) if last else {"stage_done": F("chunks_done") + done}),
         )
     if outcome.errors:
         error = outcome.errors[0]
@@ -317,6 +325,12 @@ def _extract(document: Document, owner: str) -> None:
             transient=error.transient,
             public=error.public,
         )
+
+
+def _building(document: Document) -> dict:
+    """The changes that start the build (inside the transaction that merged the last chunks)."""
+    entity_ids, relation_ids = touched_rows(document)
+    return {"stage": Stage.BUILDING, "stage_done": 0, "stage_total": len(entity_ids) + len(relation_ids)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -384,13 +398,18 @@ def _build(document: Document, owner: str) -> None:
         _count_usage(document, usage)
     described = time.perf_counter()
     _stage_row_vectors(document, entities, relations)
+    built = document.stage_done + len(batch)
     with transaction.atomic():
         _checked(
             document,
             owner,
             {"describe": described - began, "embed_graph": time.perf_counter() - described},
-            stage_done=document.stage_done + len(batch),
-            stage_total=len(rows),
+            # The batch that builds the last rows also moves the document on to publishing.
+            **(
+                {"stage": Stage.PUBLISHING, "stage_done": 0, "stage_total": 1}
+                if built >= len(rows)
+                else {"stage_done": built, "stage_total": len(rows)}
+            ),
         )
 
 

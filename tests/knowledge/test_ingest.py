@@ -332,6 +332,17 @@ def test_progress_is_published_to_the_workspace_group(scripted, workspace, djang
     assert any(event["status"] == "processing" for event in progress)
 
 
+def test_each_stage_takes_one_step_when_its_work_fits_in_one(scripted, workspace):
+    """The step that finishes a stage's work starts the next stage: every step is a transaction,
+    a read of the document and an event, and a small document should not pay for empty ones."""
+    document = _create(workspace, "a.txt", DOC_A)
+    stages = []
+    ingestion.document_ingest(document_id=document.pk, progress=lambda current: stages.append(current.stage))
+
+    assert stages == ["embedding", "extracting", "building", "publishing", "done"]
+    assert Document.objects.get(pk=document.pk).status == "processed"
+
+
 async def _drain(layer, channel) -> list[dict]:
     """Everything waiting on the channel, read on one event loop (the layer's receive state belongs to it)."""
     events = []
