@@ -3,9 +3,11 @@
 import logging
 import time
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
+
+from knowledge.background import background
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +141,8 @@ def _send(group: str, event: dict) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, event)
+        # Waited for, so one process's events reach the group in the order they were sent.
+        background.run(layer.group_send(group, event), timeout=settings.CHANNEL_LAYER_SOCKET_TIMEOUT)
     except Exception:
         # Progress is a courtesy to whoever is watching; a Redis hiccup must not fail an ingestion.
         logger.warning("could not publish progress to %s", group, exc_info=True)

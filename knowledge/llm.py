@@ -34,6 +34,7 @@ import openai
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from knowledge.background import background
 from knowledge.batching import Batcher
 from knowledge.models import LLMCacheEntry
 from knowledge.tokens import count_tokens
@@ -212,29 +213,6 @@ def _semaphore() -> asyncio.Semaphore:
     if semaphore is None:
         semaphore = _semaphores[loop] = asyncio.Semaphore(settings.LLM_MAX_CONCURRENCY)
     return semaphore
-
-
-class _BackgroundLoop:
-    """One event loop thread per process for sync callers; recreated after a fork."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
-
-    def run(self, coro: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._get()).result()
-
-    def _get(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._pid != os.getpid():
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="llm-loop", daemon=True).start()
-                self._loop, self._pid = loop, os.getpid()
-            return self._loop
-
-
-_background = _BackgroundLoop()
 
 
 def _is_transient(exc: Exception) -> bool:
@@ -437,7 +415,7 @@ def complete_many(
 
         return await asyncio.gather(*(one(index) for index in missing))
 
-    outcomes = _background.run(run_all()) if missing else []
+    outcomes = background.run(run_all()) if missing else []
     results: list[str | LLMError] = [hits.get(key, "") for key in keys]
     fresh = {}
     for index, outcome in zip(missing, outcomes, strict=True):
@@ -575,7 +553,7 @@ def _embed_query_batch(texts: list[str]) -> list[tuple[list[float], float]]:
     if not embedding_model_configured():
         vectors = dict(zip(unique, _embed_locally(unique, "query"), strict=True))
         return [(vectors[text], 0.0) for text in texts]
-    embedded, used = _background.run(_embed_remote(unique))
+    embedded, used = background.run(_embed_remote(unique))
     estimates = {text: max(1, count_tokens(text)) for text in unique}
     scale = used.prompt_tokens / sum(estimates.values())
     vectors = dict(zip(unique, embedded, strict=True))
@@ -620,7 +598,7 @@ def embed(texts: Sequence[str], *, purpose: Purpose, usage: Usage | None = None)
         return _query_vectors(_query_batcher(texts), usage)
     if not embedding_model_configured():
         return _embed_locally(texts, purpose)
-    vectors, used = _background.run(_embed_remote(texts))
+    vectors, used = background.run(_embed_remote(texts))
     if usage is not None:
         usage.add(used)
     return vectors
