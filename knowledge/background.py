@@ -23,7 +23,13 @@ class BackgroundLoop:
         self._pid = 0
 
     def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._get()).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self._get())
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            # Nobody waits for it any more; it must not finish later behind the caller's back.
+            future.cancel()
+            raise
 
     def _get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
