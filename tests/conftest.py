@@ -1,3 +1,4 @@
+import time
 from uuid import uuid4
 
 import pytest
@@ -12,6 +13,14 @@ def _plain_http_and_own_rate_limits(settings):
     each test counts its rate limits under its own cache prefix, so no test spends another's."""
     settings.SECURE_SSL_REDIRECT = False
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid4().hex}"}}
+
+
+@pytest.fixture
+def ten_seconds_into_an_hour(time_machine):
+    """Rate limits count in fixed windows aligned to the clock (knowledge/ratelimits.py). Stops the
+    clock ten seconds into the next hour, so a test's actions share one window whatever the time of
+    day, and Retry-After is exactly what is left of it: 3,590 s of an hour, 50 s of a minute."""
+    time_machine.move_to((time.time() // 3600 + 1) * 3600 + 10, tick=False)
 
 
 @pytest.fixture
