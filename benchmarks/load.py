@@ -85,6 +85,8 @@ NAMES = re.compile(r"(?<!^)\b[A-Z][a-z]+(?: [A-Z][a-z]+)*")
 @dataclass
 class Asked:
     first_token_seconds: list[float] = field(default_factory=list)
+    # (sent, first token) of every question that got one, on the perf_counter clock.
+    waits: list[tuple[float, float]] = field(default_factory=list)
     completed: int = 0
     errors: list[str] = field(default_factory=list)
     # CPU seconds the server and Postgres spent while the scenario ran (burst only).
@@ -93,6 +95,7 @@ class Asked:
 
     def add(self, other: "Asked") -> None:
         self.first_token_seconds += other.first_token_seconds
+        self.waits += other.waits
         self.completed += other.completed
         self.errors += other.errors
         self.server_cpu += other.server_cpu
@@ -274,6 +277,7 @@ async def ask(socket_, *, question: str, mode: str, conversation, timeout: float
         if event["type"] == "token" and first is None:
             first = time.perf_counter() - sent
             result.first_token_seconds.append(first)
+            result.waits.append((sent, sent + first))
         elif event["type"] == "done":
             result.completed += 1
             return event.get("conversation")
@@ -457,6 +461,21 @@ def embedding_floor(questions: list[str], args) -> float:
     return time.perf_counter() - started
 
 
+def crowding(asked: Asked) -> dict[bool, list[float]]:
+    """The waits of questions that had the server to themselves (False) and of those whose wait
+    overlapped another question's (True)."""
+    waits = sorted(asked.waits)
+    split: dict[bool, list[float]] = {False: [], True: []}
+    for index, (sent, first) in enumerate(waits):
+        crowded = any(
+            other_sent < first and sent < other_first
+            for other_index, (other_sent, other_first) in enumerate(waits)
+            if other_index != index
+        )
+        split[crowded].append(first - sent)
+    return split
+
+
 def report(servers: list[Server], results: dict[str, dict[str, Asked]], questions: list[str], args, workspace) -> bool:
     print(
         f"\n{args.clients} people ({args.mode}) against daphne on 127.0.0.1; workspace of {workspace.chunk_count} "
@@ -490,6 +509,14 @@ def report(servers: list[Server], results: dict[str, dict[str, Asked]], question
         for error in sorted(set(errors))[:5]:
             print(f"  {server.label}: {errors.count(error)} x {error}")
     print("(ratios: p95 of (b) and of (c) over the p50 of (a); targets 4x and 2x, no errors)")
+    for server in servers:
+        # Where the steady tail comes from: a question waits longer when another one shares the server.
+        for crowded, waits in crowding(results[server.label]["steady"]).items():
+            if waits:
+                print(
+                    f"(c) {server.label}: {len(waits)} questions {'overlapping another' if crowded else 'alone'}, "
+                    f"p50/p95 {percentile(waits, 0.5):.2f}/{percentile(waits, 0.95):.2f}s"
+                )
     lone_p50 = percentile(results["this"]["lone"].first_token_seconds, 0.5)
     bursts = results["this"]["burst"]
     if bursts.completed:
