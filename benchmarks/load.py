@@ -22,8 +22,9 @@ sending `ask` to the first `token` event) in three scenarios:
 
 (a) and (b) run --repetitions times, interleaved; (c) once. It prints p50 / p95 of each, the
 ratios of (b) p95 and (c) p95 to (a) p50 (the targets are 4x and 2x), errors, the resident memory
-of daphne, and the CPU floor of a burst: the CPU daphne and the embedded Postgres spent per burst
-question, times --clients, over the cores, which no scheduling of the burst can beat. With
+of daphne, the waits of (c) split by whether another question's wait overlapped theirs, and the
+CPU floor of a burst: the CPU daphne and the embedded Postgres spent per burst question, times
+--clients, over the cores, which no scheduling of the burst can beat. With
 --baseline DIR (a checkout of older code, e.g. `git archive <commit> | tar -x -C DIR`) a second
 daphne runs from DIR on the same database, and every scenario alternates between the two, so the
 before and after numbers come from the same minutes of the same machine; --embedding-server adds
