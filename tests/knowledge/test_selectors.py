@@ -77,17 +77,30 @@ def test_it_does_not_count_relations_of_other_entities(star, django_assert_num_q
     assert entity_degrees(entity_ids=[entities["c"].pk]) == {entities["c"].pk: 1}
 
 
-def _fill_ten_workspaces(rng):
-    """Ten workspaces with entities, relations and chunks; returns them with their vectors."""
+def _near(query, rng):
+    """A unit vector at cosine 0.7-0.95 to `query`; random 384-d vectors sit at about 0 to it."""
+    spread = rng.uniform(0.3, 1.0)
+    vector = np.array(query) + spread * np.array(random_vector(rng))
+    return (vector / np.linalg.norm(vector)).tolist()
+
+
+def _fill_ten_workspaces(rng, query):
+    """Ten workspaces with 30 entities, 29 relations and 30 chunks each. In every workspace the
+    first five of each are near `query` and the rest random: the nearest rows overall are spread
+    over all ten workspaces, so a search that ignored the workspace would return others' rows."""
+
+    def vector(n):
+        return _near(query, rng) if n < 5 else random_vector(rng)
+
     workspaces = []
     for index in range(10):
         workspace = make_workspace(slug=f"vec-{index}")
         document = make_document(workspace)
-        entities = [make_entity(workspace, f"E{index}-{n}", embedding=random_vector(rng)) for n in range(30)]
+        entities = [make_entity(workspace, f"E{index}-{n}", embedding=vector(n)) for n in range(30)]
         for n in range(29):
-            make_relation(entities[n], entities[n + 1], embedding=random_vector(rng))
+            make_relation(entities[n], entities[n + 1], embedding=vector(n))
         for n in range(30):
-            make_chunk(document, order=n, embedding=random_vector(rng))
+            make_chunk(document, order=n, embedding=vector(n))
         workspace_refresh_counts(workspace_id=workspace.pk)
         workspace.refresh_from_db()
         workspaces.append(workspace)
@@ -115,23 +128,19 @@ def test_it_finds_the_true_nearest_rows_of_one_workspace_among_ten(
 ):
     settings.VECTOR_EXACT_SCAN_MAX = exact_scan_max
     rng = np.random.default_rng(7)
-    workspaces = _fill_ten_workspaces(rng)
-    target = workspaces[3]
     query = random_vector(rng)
+    workspaces = _fill_ten_workspaces(rng, query)
+    target = workspaces[3]
 
     with django_assert_num_queries(1):
         found = selector(workspace=target, vector=query, k=5)
 
-    true_nearest = _true_nearest(rows_of(target), query, 5)
+    # The HNSW path is exact here too: its worst case, random vectors all nearly equidistant,
+    # made recall a matter of the index's random levels (3 of 5 in one CI run); the near rows
+    # are what a search must not miss, and the graph leads to them from any entry point.
+    assert [row.pk for row in found] == _true_nearest(rows_of(target), query, 5)
     assert {row.workspace_id for row in found} == {target.pk}
-    assert len(found) == 5
     assert [row.distance for row in found] == sorted(row.distance for row in found)
-    if exact_scan_max:
-        assert [row.pk for row in found] == true_nearest
-    else:
-        # HNSW is approximate, and random 384-d vectors (all nearly equidistant) are its worst
-        # case; the filtered scan must still bring back the workspace's rows, mostly the best.
-        assert len({row.pk for row in found} & set(true_nearest)) >= 4
 
 
 @pytest.mark.parametrize(
