@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+import psutil
 import redis
 from celery import current_app
 from celery.exceptions import SoftTimeLimitExceeded
@@ -238,6 +239,7 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
     document_id = _claim(owner)
     if document_id is None:
         return None
+    _hand_on_waiting_work()
     try:
         _run(
             document_id,
@@ -255,6 +257,19 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
         except DatabaseError:
             logger.warning("could not look for more work; the sweeper will", exc_info=True)
     return document_id
+
+
+def _hand_on_waiting_work() -> None:
+    """Wake another worker when documents wait and no wake-up is queued for them.
+
+    A wake-up can find nothing: its claim looks just before another document commits while a
+    second worker takes the one it saw. That document would then wait for the end of a turn or
+    the next sweep, up to half a minute, beside an idle worker."""
+    try:
+        if not _queued_wakeups() and Document.objects.filter(_claimable()).exists():
+            current_app.send_task(INGEST_TASK)
+    except DatabaseError:
+        logger.warning("could not look for waiting documents; the end of this turn will", exc_info=True)
 
 
 def document_ingest(*, document_id: int, progress: Callable[[Document], None] | None = None) -> Document | None:
@@ -313,13 +328,14 @@ def release_dead_leases(hostname: str | None = None) -> int:
 
 
 def _process_alive(pid: int) -> bool:
+    # A killed pool process stays a zombie until its new parent, PID 1 once the worker's main
+    # process died with it, reaps it; a signal still reaches a zombie, so only its state tells.
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return True
 
 
 def _queued_wakeups() -> int:

@@ -1,9 +1,14 @@
 import asyncio
+import os
 import re
+import socket
+import subprocess
 import threading
 from datetime import timedelta
 
+import psutil
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
@@ -32,6 +37,7 @@ from tests.knowledge.ingest_helpers import (
     parts,
     small_chunks,
 )
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -298,6 +304,55 @@ def test_a_document_whose_run_died_is_taken_over_once_its_lease_expires(scripted
     Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
     assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+
+
+def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scripted, workspace, settings):
+    # B's wake-up was spent: its claim looked just before B committed, while another worker took A.
+    # The turn on A hands the work on at once, not at the end of its slice or the next sweep.
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    _create(workspace, "a.txt", DOC_A)
+    _create(workspace, "b.txt", DOC_B)
+    broker.delete("celery")
+    queued_at_first_call = []
+
+    def reply(body):
+        if not queued_at_first_call:
+            queued_at_first_call.append(broker.llen("celery"))
+        return answer(body)
+
+    scripted.reply(reply)
+    try:
+        ingest_next.apply()
+    finally:
+        broker.delete("celery")
+
+    assert queued_at_first_call == [1]
+
+
+def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_its_host(workspace):
+    # A pool process killed with its worker is a zombie until PID 1 reaps it, which took more than
+    # a second on this machine; a worker restarted within it once left the run to its 10-minute lease.
+    zombie = subprocess.Popen(["true"])  # never waited for: a zombie of this process
+    wait_for(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE, timeout=30, what="a zombie")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = socket.gethostname()
+    lease = timezone.now() + timedelta(minutes=10)
+    owners = {
+        "live": f"{host}:{os.getpid()}",
+        "zombie": f"{host}:{zombie.pid}",
+        "gone": f"{host}:{gone.pid}",
+        "elsewhere": f"another-host:{zombie.pid}",
+    }
+    for name, owner in owners.items():
+        document = _create(workspace, f"{name}.txt", f"The run of {name}.")
+        Document.objects.filter(pk=document.pk).update(status="processing", lease_owner=owner, lease_expires_at=lease)
+
+    assert ingestion.release_dead_leases() == 2
+    zombie.wait()
+
+    held = dict(Document.objects.filter(workspace=workspace).values_list("title", "lease_owner"))
+    assert held == {"live.txt": owners["live"], "zombie.txt": "", "gone.txt": "", "elsewhere.txt": owners["elsewhere"]}
 
 
 def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):
