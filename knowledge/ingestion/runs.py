@@ -233,13 +233,14 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
     """One turn: claim the document whose turn came first and work on it for one slice.
 
     Returns the id of the document worked on (None when nothing was due). Wakes another turn
-    when work remains, so a queue of documents keeps every worker busy.
+    when work remains, once it holds its document and again when it gives it back, so a queue
+    of documents keeps every worker busy.
     """
     owner = owner or worker_identity()
     document_id = _claim(owner)
     if document_id is None:
         return None
-    _hand_on_waiting_work()
+    _wake_another_if_work_waits()
     try:
         _run(
             document_id,
@@ -251,25 +252,22 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
     except IngestInterrupted:
         logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
     finally:
-        try:
-            if Document.objects.filter(_claimable()).exists():
-                current_app.send_task(INGEST_TASK)
-        except DatabaseError:
-            logger.warning("could not look for more work; the sweeper will", exc_info=True)
+        _wake_another_if_work_waits()
     return document_id
 
 
-def _hand_on_waiting_work() -> None:
-    """Wake another worker when documents wait and no wake-up is queued for them.
+def _wake_another_if_work_waits() -> None:
+    """Wake a worker when documents wait and no wake-up is queued for them.
 
-    A wake-up can find nothing: its claim looks just before another document commits while a
-    second worker takes the one it saw. That document would then wait for the end of a turn or
-    the next sweep, up to half a minute, beside an idle worker."""
+    Waking only at the end of a turn is not enough: a wake-up can find nothing, its claim
+    looking just before another document commits while a second worker takes the one it saw,
+    and that document would wait beside an idle worker until a slice ends. A wake-up already
+    queued will claim whatever is due, so a second one would only cost a query."""
     try:
         if not _queued_wakeups() and Document.objects.filter(_claimable()).exists():
             current_app.send_task(INGEST_TASK)
     except DatabaseError:
-        logger.warning("could not look for waiting documents; the end of this turn will", exc_info=True)
+        logger.warning("could not look for more work; the sweeper will", exc_info=True)
 
 
 def document_ingest(*, document_id: int, progress: Callable[[Document], None] | None = None) -> Document | None:
