@@ -10,6 +10,7 @@ run: $(VENV)/.installed static/vendor/.installed
 test: $(VENV)/.installed-dev static/vendor/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
 	sh scripts/ensure_chromium.sh
 	$(VENV)/bin/pytest
@@ -17,6 +18,7 @@ test: $(VENV)/.installed-dev static/vendor/.installed
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff format .

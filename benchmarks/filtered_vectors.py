@@ -50,7 +50,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from config.embedded_postgres import embedded_server  # noqa: E402
-from knowledge.retrieval import DEFAULT_TOP_K  # noqa: E402
+from knowledge.rag.retrieval import DEFAULT_TOP_K  # noqa: E402
 
 FOLDER = settings.DATA_DIR / "benchmark-filtered-postgres"
 DIM = settings.EMBEDDING_DIM

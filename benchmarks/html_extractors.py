@@ -77,7 +77,7 @@ def counts(element, names: dict) -> dict:
 def trafilatura_output(html: str):
     import trafilatura
 
-    from knowledge.parsing.html import _trafilatura_config
+    from knowledge.rag.parsing.html import _trafilatura_config
 
     xml = trafilatura.extract(
         html,

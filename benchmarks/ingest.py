@@ -154,7 +154,7 @@ def process_cpu(pid: int) -> float:
 
 def ingest_all(document_ids, total: int) -> float:
     """Ingest the documents one by one as a worker does; returns this process's peak memory in MB."""
-    from knowledge import ingestion
+    from knowledge.services import ingestion
 
     for count, document_id in enumerate(document_ids, 1):
         done = ingestion.document_ingest(document_id=document_id)
@@ -167,7 +167,7 @@ def ingest_all(document_ids, total: int) -> float:
 def _worker(queue, results) -> None:
     from django.db import connections
 
-    from knowledge import ingestion
+    from knowledge.services import ingestion
 
     cpu_start = time.process_time()
     while (document_id := queue.get()) is not None:
@@ -256,8 +256,8 @@ def main() -> None:
     # A database of its own, migrated fresh and dropped at the end (unless --keep).
     databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
 
-    from knowledge import ingestion
     from knowledge.models import Document, EntitySource, RelationSource, Workspace
+    from knowledge.services import ingestion
 
     if args.without_hnsw:
         with connection.cursor() as cursor:

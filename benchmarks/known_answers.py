@@ -100,7 +100,7 @@ QUESTIONS = [
 def _ingest_worker(queue, done) -> None:
     from django import db
 
-    from knowledge import ingestion
+    from knowledge.services import ingestion
 
     db.connections.close_all()  # the parent's connection must not be shared across the fork
     while (document_id := queue.get()) is not None:
@@ -111,8 +111,8 @@ def _ingest_worker(queue, done) -> None:
 def ingest(workspace, docs: Path, workers: int) -> dict[int, str]:
     from django import db
 
-    from knowledge import ingestion
     from knowledge.models import Document
+    from knowledge.services import ingestion
 
     page_of = {}
     for page in PAGES:
@@ -142,7 +142,7 @@ def ingest(workspace, docs: Path, workers: int) -> dict[int, str]:
 
 
 def score(workspace, page_of: dict[int, str], modes: list[str], show_misses: bool) -> None:
-    from knowledge.retrieval import nlp_keywords, retrieve
+    from knowledge.rag.retrieval import nlp_keywords, retrieve
 
     print(f"\n{'mode':8} {'hit@1':>6} {'hit@3':>6} {'MRR':>6} {'identifier hit@1':>17}   ({len(QUESTIONS)} questions)")
     for mode in modes:

@@ -67,11 +67,11 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from knowledge import llm  # noqa: E402
-from knowledge.evaluation.recall import synthetic_corpus_ingest  # noqa: E402
 from knowledge.models import Membership, Role, Workspace  # noqa: E402
-from knowledge.retrieval import extract_keywords  # noqa: E402
-from knowledge.synthetic import synthetic_corpus  # noqa: E402
+from knowledge.rag import llm  # noqa: E402
+from knowledge.rag.retrieval import extract_keywords  # noqa: E402
+from knowledge.services.evaluation.recall import synthetic_corpus_ingest  # noqa: E402
+from knowledge.services.evaluation.synthetic import synthetic_corpus  # noqa: E402
 from tests.openai_double import OpenAIDouble  # noqa: E402
 
 USERNAME = "load-benchmark-{}"

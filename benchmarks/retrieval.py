@@ -39,8 +39,8 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from knowledge.models import Document, Entity, Workspace  # noqa: E402
-from knowledge.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
-from knowledge.services import workspace_refresh_counts  # noqa: E402
+from knowledge.rag.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
+from knowledge.services.workspaces import workspace_refresh_counts  # noqa: E402
 
 ENTITIES = 100_000
 RELATIONS = 300_000
@@ -323,7 +323,7 @@ def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
     see the same load: the chunk search (vector only, as before, against vector + full text in
     one statement) and the entity search (vector only against vector + name lookup)."""
     from knowledge.models import Chunk
-    from knowledge.selectors import _degree_of, _nearest, chunks_nearest, entities_nearest
+    from knowledge.rag.retrieval.searches import _nearest, chunks_nearest, degree_of, entities_nearest
 
     names = list(Entity.objects.filter(workspace=workspace).order_by("?").values_list("name", flat=True)[:500])
     floor = settings.RETRIEVAL_MIN_SIMILARITY
@@ -353,7 +353,7 @@ def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
         return _nearest(
             Entity.objects.filter(workspace=workspace)
             .only("pk", "workspace_id", "key", "name", "type", "description")
-            .annotate(degree=_degree_of()),
+            .annotate(degree=degree_of()),
             size=workspace.entity_count,
             vector=vector,
             k=40,

@@ -1,6 +1,6 @@
 """The chat websocket: DESIGN.md, "The websocket protocol".
 
-An adapter over the ask service (knowledge/asking.py) that also keeps the conversation: the
+An adapter over the ask service (knowledge/services/asking.py) that also keeps the conversation: the
 question is saved when it is asked, the answer when it ends, with what it was built from.
 Every question passes the membership gate and the asker's rate limit (RATE_LIMIT_ASK; the
 `error` event then carries `retry_after`, in seconds). One consumer per socket. An answer
@@ -23,8 +23,12 @@ from django.http import Http404
 from chat import selectors, services
 from chat.models import Conversation
 from chat.rendering import render_answer, render_message
-from knowledge.answer import answer_citations
-from knowledge.asking import (
+from knowledge.models import Workspace
+from knowledge.rag.answer.citations import answer_citations
+from knowledge.rag.llm import Usage
+from knowledge.rag.retrieval import RetrievalResult
+from knowledge.selectors import workspace_for_user
+from knowledge.services.asking import (
     ASK_FIELDS,
     ENGINE_EXTRACTIVE,
     AskDenied,
@@ -39,11 +43,7 @@ from knowledge.asking import (
     ask_stream,
     workspace_for_asking,
 )
-from knowledge.llm import Usage
-from knowledge.models import Workspace
-from knowledge.ratelimits import RateLimited, rate_limit_check
-from knowledge.retrieval import RetrievalResult
-from knowledge.selectors import workspace_for_user
+from knowledge.services.ratelimits import RateLimited, rate_limit_check
 
 CLOSE_NOT_LOGGED_IN = 4401
 CLOSE_NOT_A_MEMBER = 4403

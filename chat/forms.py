@@ -2,10 +2,10 @@ from dataclasses import dataclass
 
 from django import forms
 
-from knowledge.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive
-from knowledge.asking import TOP_K_MAX
-from knowledge.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K
-from knowledge.retrieval import MODES as RETRIEVAL_MODES
+from knowledge.rag.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive
+from knowledge.rag.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K
+from knowledge.rag.retrieval import MODES as RETRIEVAL_MODES
+from knowledge.services.asking import TOP_K_MAX
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
-from knowledge.answer import CITATION_ID_RE, CITATION_RE
-from knowledge.citations import citation_href, cited_ids
+from knowledge.rag.answer.citations import CITATION_ID_RE, CITATION_RE, citation_href, cited_ids
 
 ALLOWED_TAGS = {
     "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote",

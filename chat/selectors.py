@@ -5,7 +5,7 @@ from django.http import Http404
 
 from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Entity, Relation, Workspace
-from knowledge.selectors import entity_degrees
+from knowledge.rag.retrieval.searches import entity_degrees
 
 HISTORY_TURNS = 6
 

@@ -8,10 +8,10 @@ from chat import selectors, services
 from chat.forms import MODES, MODES_NEEDING_A_MODEL, RESPONSE_TYPES, AnswerSettingsForm, RenameForm
 from chat.models import Message
 from chat.rendering import prepare_message
-from knowledge.answer import answer_is_extractive
-from knowledge.asking import QUESTION_MAX_CHARS, TOP_K_MAX
-from knowledge.retrieval import DEFAULT_MODE
+from knowledge.rag.answer import answer_is_extractive
+from knowledge.rag.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
+from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX
 
 SIDEBAR_CONVERSATIONS = 15
 

@@ -11,7 +11,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from knowledge.mcp_server import MCP_PATH, mcp_app  # noqa: E402
+from knowledge.api.mcp import MCP_PATH, mcp_app  # noqa: E402
 
 
 async def http_app(scope, receive, send):

@@ -121,7 +121,7 @@ RERANK_API_KEY = env_str("RERANK_API_KEY")
 RERANK_MODEL = env_str("RERANK_MODEL")
 RERANK_TIMEOUT = env_float("RERANK_TIMEOUT", 30.0)
 
-# Ingestion runs (knowledge.ingestion): leases, turns, retries.
+# Ingestion runs (knowledge.services.ingestion): leases, turns, retries.
 INGEST_LEASE_SECONDS = env_int("INGEST_LEASE_SECONDS", 60, minimum=3)
 INGEST_SLICE_SECONDS = env_int("INGEST_SLICE_SECONDS", 30, minimum=1)
 INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
@@ -133,7 +133,7 @@ WORKER_STOP_TIMEOUT = env_float("WORKER_STOP_TIMEOUT", 30.0)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 PORT = env_int("PORT", 8000, minimum=1)
 
-# Rate limits (knowledge.ratelimits), counted in the cache (Redis), so they hold across every web
+# Rate limits (knowledge.services.ratelimits), counted in the cache (Redis), so they hold across every web
 # process. Each is "<count>/<second|minute|hour|day>"; "off" disables one.
 RATE_LIMIT_API = env_rate("RATE_LIMIT_API", "120/minute")
 RATE_LIMIT_ASK = env_rate("RATE_LIMIT_ASK", "20/minute")
@@ -152,10 +152,10 @@ CACHES = {
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 LOGIN_LOCKOUT_MINUTES = env_float("LOGIN_LOCKOUT_MINUTES", 5.0)
 AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
-AXES_COOLOFF_TIME = "knowledge.ratelimits.login_cool_off"
+AXES_COOLOFF_TIME = "knowledge.services.ratelimits.login_cool_off"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "knowledge.views.login_locked_out"
+AXES_LOCKOUT_CALLABLE = "knowledge.web.views.login_locked_out"
 # Daphne runs with --proxy-headers behind the proxy, so REMOTE_ADDR already is the client's
 # address; a client-sent X-Forwarded-For is never believed.
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]

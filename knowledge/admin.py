@@ -8,17 +8,6 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from knowledge import events
-from knowledge.api_tokens import api_token_revoke
-from knowledge.curation import (
-    DUPLICATE_CANDIDATES,
-    CurationError,
-    check_entity_name,
-    entity_merge,
-    entity_merge_undo,
-    entity_update,
-    possible_duplicates,
-)
 from knowledge.models import (
     ApiToken,
     Document,
@@ -37,6 +26,17 @@ from knowledge.models import (
     Workspace,
 )
 from knowledge.selectors import relations_of_entity, roles_at_least, workspaces_for_user
+from knowledge.services import events
+from knowledge.services.api_tokens import api_token_revoke
+from knowledge.services.curation import (
+    DUPLICATE_CANDIDATES,
+    CurationError,
+    check_entity_name,
+    entity_merge,
+    entity_merge_undo,
+    entity_update,
+    possible_duplicates,
+)
 
 # --- Scoping: every admin row, filter choice and related choice comes from the workspaces the
 # staff user holds a role in (superusers: all). A new ModelAdmin must say how it is scoped:

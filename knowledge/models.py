@@ -128,7 +128,7 @@ class Document(models.Model):
     stage_done = models.PositiveIntegerField(default=0)
     stage_total = models.PositiveIntegerField(default=0)
     timings = models.JSONField(default=dict, blank=True)
-    # Lease of the run that holds the document (knowledge.ingestion): a heartbeat extends it while
+    # Lease of the run that holds the document (knowledge.services.ingestion): a heartbeat extends it while
     # the run is alive, so a run that died is taken over once it expires.
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -191,7 +191,7 @@ class Chunk(models.Model):
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # The table also has `search`, a tsvector generated from section and text with a GIN index
     # (migration 0007), the lexical index beside the vector one. It is not a model field, so no
-    # ORM query reads it; only the hybrid search (selectors.chunks_nearest) does.
+    # ORM query reads it; only the hybrid search (knowledge/rag/retrieval/searches.py, chunks_nearest) does.
 
     class Meta:
         ordering = ["document_id", "order"]
@@ -210,16 +210,17 @@ class Entity(models.Model):
     description = models.TextField(blank=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # Set with the vector when the first document that supports the entity is published; until
-    # then nothing serves it (knowledge.ingestion, "Publishing").
+    # then nothing serves it (knowledge.services.ingestion, "Publishing").
     published = models.BooleanField(default=False)
     # The last LLM summary folded into the description, the last source (provenance id) it folded
     # and how many: later sources are added below it until they cross SUMMARY_TRIGGER
-    # (knowledge.graph.describe).
+    # (knowledge.rag.graph.describe).
     summary = models.TextField(blank=True, db_default="")
     summary_through = models.BigIntegerField(db_default=0)
     summary_sources = models.PositiveIntegerField(db_default=0)
     # Like Chunk, the table has a generated `search` tsvector of the name (unstemmed) with a GIN
-    # index, read only by the lookup of low-level keywords by name (selectors.entities_nearest).
+    # index, read only by the lookup of low-level keywords by name (entities_nearest in
+    # knowledge/rag/retrieval/searches.py).
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

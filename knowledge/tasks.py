@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers over knowledge.ingestion, which owns leases, turns and retries.
+"""Celery tasks: thin wrappers over knowledge.services.ingestion, which owns leases, turns and retries.
 
 `ingest_next` is a wake-up, not an order: it runs one turn on whichever document is due. Uploads
 send one, a turn that leaves work sends another, and the sweeper (Celery beat, every
@@ -15,7 +15,7 @@ import multiprocessing
 from celery import shared_task
 from celery.signals import worker_init, worker_ready, worker_shutting_down
 
-from knowledge import ingestion
+from knowledge.services import ingestion
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ def _plain_http_and_own_rate_limits(settings):
 
 @pytest.fixture
 def ten_seconds_into_an_hour(time_machine):
-    """Rate limits count in fixed windows aligned to the clock (knowledge/ratelimits.py). Stops the
+    """Rate limits count in fixed windows aligned to the clock (knowledge/services/ratelimits.py). Stops the
     clock ten seconds into the next hour, so a test's actions share one window whatever the time of
     day, and Retry-After is exactly what is left of it: 3,590 s of an hour, 50 s of a minute."""
     time_machine.move_to((time.time() // 3600 + 1) * 3600 + 10, tick=False)
@@ -56,6 +56,6 @@ def openai_double(settings):
 def _close_retrieval_connections(django_db_setup):
     """Retrieval's pool threads keep connections open; the test database can only be dropped without them."""
     yield
-    from knowledge.retrieval.concurrent import close_connections
+    from knowledge.rag.retrieval.concurrent import close_connections
 
     close_connections()

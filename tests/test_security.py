@@ -166,7 +166,7 @@ def test_it_shows_a_failed_documents_detail_to_owners_only(client, db):
 
 def test_a_demoted_editor_loses_write_actions_on_the_next_request(client, db):
     from knowledge.models import Membership
-    from knowledge.services import membership_set_role
+    from knowledge.services.workspaces import membership_set_role
 
     owner, editor = make_user("owner"), make_user("editor")
     workspace = make_workspace(slug="acme", members={owner: Role.OWNER, editor: Role.EDITOR})

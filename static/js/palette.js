@@ -1,5 +1,5 @@
 // One colour per entity type on every page. The colours are app.css's --type-<slot>; the slot
-// rule is knowledge/palette.py's (the browser test checks that both give the same slots).
+// rule is knowledge/web/palette.py's (the browser test checks that both give the same slots).
 (function () {
   "use strict";
 

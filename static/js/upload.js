@@ -1,6 +1,6 @@
 // Uploads with drag and drop (files and whole folders) and a progress bar per file. Each file
 // goes in its own request, so each gets its own progress and its own outcome; the server answers
-// JSON (see knowledge/views.py, upload). Without script the form still posts everything at once.
+// JSON (see knowledge/web/views.py, upload). Without script the form still posts everything at once.
 (() => {
   "use strict";
 

@@ -6,8 +6,8 @@ from django.test import override_settings
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from knowledge.ingestion import document_create, document_ingest
 from knowledge.models import Role
+from knowledge.services.ingestion import document_create, document_ingest
 from tests.browser.conftest import ARTIFACTS, console_errors, log_in
 from tests.chat.conftest import ChatScript
 from tests.factories import make_user, make_workspace

@@ -12,9 +12,9 @@ from channels.layers import get_channel_layer
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from knowledge.events import workspace_group
 from knowledge.models import Document, Entity, EntitySource, Relation, Role
-from knowledge.palette import type_slot
+from knowledge.services.events import workspace_group
+from knowledge.web.palette import type_slot
 from tests.browser.conftest import ARTIFACTS, console_errors, log_in
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 

@@ -4,9 +4,9 @@ import json
 import pytest
 from django.conf import settings
 
-from knowledge.llm import embed
 from knowledge.models import EntitySource, RelationSource, Role
-from knowledge.services import workspace_refresh_counts
+from knowledge.rag.llm import embed
+from knowledge.services.workspaces import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 
 HANDBOOK = (

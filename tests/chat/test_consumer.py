@@ -8,8 +8,8 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from chat.models import Conversation, Message
-from knowledge import asking
 from knowledge.models import Membership, Role
+from knowledge.services import asking
 from tests.chat.conftest import ANSWER, HANDBOOK
 from tests.chat.sockets import TIMEOUT, ask, events_until, open_socket
 from tests.factories import make_document, make_user, make_workspace

@@ -12,8 +12,8 @@ import json
 import pytest
 from django.conf import settings
 
-from knowledge.api_tokens import api_token_create
 from knowledge.models import Role
+from knowledge.services.api_tokens import api_token_create
 from tests.factories import make_user, make_workspace
 from tests.knowledge.team_graph import HIGH, LOW, QUESTION, axis, build_team_graph
 from tests.openai_double import OpenAIDouble

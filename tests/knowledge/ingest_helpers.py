@@ -3,8 +3,8 @@
 import re
 import time
 
-from knowledge import prompts
 from knowledge.models import Entity, Relation, Workspace
+from knowledge.rag import prompts
 
 FACTS = {
     "Alice Smith founded Acme Corp.": [

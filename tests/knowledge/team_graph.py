@@ -5,8 +5,8 @@ import math
 from django.conf import settings
 
 from knowledge.models import EntitySource, RelationSource
-from knowledge.retrieval import Keywords, QueryVectors, retrieve
-from knowledge.services import workspace_refresh_counts
+from knowledge.rag.retrieval import Keywords, QueryVectors, retrieve
+from knowledge.services.workspaces import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_relation
 
 LOW, HIGH, QUESTION, ELSEWHERE = 0, 1, 2, 3
@@ -95,7 +95,7 @@ SCIENCE_TEXT = (
 
 def build_science_graph(workspace):
     """Three entities embedded by the real embedding model, one document and its provenance."""
-    from knowledge.llm import embed
+    from knowledge.rag.llm import embed
 
     vectors = embed([*(f"{name}: {text}" for name, text in SCIENCE.items()), SCIENCE_TEXT], purpose="passage")
     entities = {

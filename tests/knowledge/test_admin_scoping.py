@@ -13,7 +13,6 @@ from django.db.models import Model
 from django.urls import reverse
 
 from chat.models import Conversation
-from knowledge.api_tokens import api_token_create
 from knowledge.models import (
     ApiToken,
     Document,
@@ -26,6 +25,7 @@ from knowledge.models import (
     Role,
     Workspace,
 )
+from knowledge.services.api_tokens import api_token_create
 from tests.factories import make_document, make_entity, make_relation, make_user, make_workspace
 
 pytestmark = pytest.mark.django_db
@@ -204,7 +204,7 @@ def test_revoking_a_token_in_the_admin_refuses_it_on_the_next_request(staff):
     )
 
     assert response.status_code == 302
-    from knowledge.api_tokens import api_token_authenticate
+    from knowledge.services.api_tokens import api_token_authenticate
 
     assert api_token_authenticate(secret) is None
     assert ApiToken.objects.get(pk=token.pk).revoked_at is not None

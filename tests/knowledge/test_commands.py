@@ -4,8 +4,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from knowledge import graph
 from knowledge.models import Document, Entity, Workspace
+from knowledge.rag import graph
 from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from knowledge.api_tokens import user_for_api_token
 from knowledge.models import ApiToken
+from knowledge.services.api_tokens import user_for_api_token
 from tests.knowledge.team_graph import build_science_graph
 
 # The ask service retrieves on pool threads with connections of their own, which see only what

@@ -6,16 +6,16 @@ from django.http import Http404
 from django.test.utils import CaptureQueriesContext
 
 from knowledge.models import Entity, Relation, Role
-from knowledge.selectors import (
+from knowledge.rag.retrieval.searches import (
     chunks_nearest,
     entities_nearest,
     entity_degrees,
     identifier_terms,
     relation_ranks,
     relations_nearest,
-    workspace_for_user,
 )
-from knowledge.services import workspace_refresh_counts
+from knowledge.selectors import workspace_for_user
+from knowledge.services.workspaces import workspace_refresh_counts
 from tests.factories import (
     make_chunk,
     make_document,

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.backup import workspace_backup
 from knowledge.management import workspace_by_slug
+from knowledge.services.backup import workspace_backup
 
 
 class Command(BaseCommand):

@@ -3,8 +3,8 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.api_tokens import SCOPE_ASK, api_token_create
 from knowledge.models import ApiToken
+from knowledge.services.api_tokens import SCOPE_ASK, api_token_create
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import ingestion
 from knowledge.models import Document
+from knowledge.services import ingestion
 
 
 class Command(BaseCommand):

@@ -1,11 +1,11 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.urls import reverse
 
-from knowledge.evaluation import SYSTEMS
-from knowledge.evaluation.questions import EvaluationError
-from knowledge.evaluation.runs import evaluation_run_execute, evaluation_run_start, summary_table
 from knowledge.management import workspace_by_slug
 from knowledge.models import EvaluationSet
+from knowledge.services.evaluation import SYSTEMS
+from knowledge.services.evaluation.questions import EvaluationError
+from knowledge.services.evaluation.runs import evaluation_run_execute, evaluation_run_start, summary_table
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import export
 from knowledge.management import workspace_by_slug
+from knowledge.services import export
 
 
 class Command(BaseCommand):

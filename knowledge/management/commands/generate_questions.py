@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from knowledge.evaluation.questions import EvaluationError, evaluation_set_generate
 from knowledge.management import workspace_by_slug
+from knowledge.services.evaluation.questions import EvaluationError, evaluation_set_generate
 
 
 class Command(BaseCommand):

@@ -4,8 +4,9 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import ingestion, parsing
 from knowledge.models import Document, Membership, Role, Workspace
+from knowledge.rag import parsing
+from knowledge.services import ingestion
 
 
 class Command(BaseCommand):

@@ -6,7 +6,10 @@ from dataclasses import asdict
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.asking import (
+from knowledge.management import workspace_by_slug
+from knowledge.models import Workspace
+from knowledge.rag.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K, MODES
+from knowledge.services.asking import (
     TOP_K_MAX,
     AskError,
     AskRequest,
@@ -18,9 +21,6 @@ from knowledge.asking import (
     ask_stream,
     check_workspace_ready,
 )
-from knowledge.management import workspace_by_slug
-from knowledge.models import Workspace
-from knowledge.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K, MODES
 
 
 class Command(BaseCommand):

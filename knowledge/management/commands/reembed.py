@@ -1,9 +1,9 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge import graph, llm
 from knowledge.management import workspace_by_slug
 from knowledge.models import Workspace
+from knowledge.rag import graph, llm
 
 
 class Command(BaseCommand):

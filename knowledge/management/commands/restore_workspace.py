@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.backup import ArchiveError, workspace_restore
+from knowledge.services.backup import ArchiveError, workspace_restore
 
 
 class Command(BaseCommand):

@@ -4,10 +4,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from knowledge import llm
-from knowledge.evaluation.recall import RECALL_MODES, retrieval_recall, synthetic_corpus_ingest
 from knowledge.models import Workspace
-from knowledge.synthetic import synthetic_corpus
+from knowledge.rag import llm
+from knowledge.services.evaluation.recall import RECALL_MODES, retrieval_recall, synthetic_corpus_ingest
+from knowledge.services.evaluation.synthetic import synthetic_corpus
 
 
 class Command(BaseCommand):

@@ -1,0 +1,251 @@
+"""The Ollama-compatible API (/api/version, /api/tags, /api/chat, /api/generate), an adapter over
+the ask service, so Ollama clients and Open WebUI's Ollama connection talk to a workspace.
+
+A model is a workspace asked in a mode: `acme:latest` (the default mode) or `acme:local`; a
+LightRAG query prefix at the start of the question ("/local ...", "/context ...") chooses the
+mode for one question (knowledge/api/protocols.py). Authenticated by our API tokens
+(`Authorization: Bearer`; the `ollama` client sends it with `headers=`, Open WebUI from the
+connection's key). Replies stream as NDJSON unless `"stream": false`, as Ollama's do; errors are
+{"error": "..."}, which the `ollama` client raises as ResponseError.
+"""
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from knowledge.api.auth import CHALLENGE, abearer_user
+from knowledge.api.protocols import (
+    DEFAULT_TAG,
+    UnknownModel,
+    chat_request,
+    cited_sources,
+    conversation,
+    model_names,
+    parse_model,
+    sources_text,
+)
+from knowledge.selectors import workspaces_for_user
+from knowledge.services.asking import (
+    AskDenied,
+    AskInvalid,
+    AskRefused,
+    DoneEvent,
+    ErrorEvent,
+    RetrievalEvent,
+    TokenEvent,
+    ask_stream,
+    check_flag,
+    workspace_for_asking,
+)
+
+# The Ollama release whose API this one follows (LightRAG's emulation answers the same).
+OLLAMA_VERSION = "0.9.3"
+_ERROR_STATUS = {"model": 502, "internal": 500}
+
+
+def _error(status: int, message: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = CHALLENGE
+    return response
+
+
+def _no_such_model(name: object) -> JsonResponse:
+    return _error(404, f"model {name!r} not found, or you do not have access to it")
+
+
+async def _user(request):
+    bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
+    if bearer.user is not None:
+        return bearer.user, None
+    response = _error(bearer.status, bearer.error)
+    if bearer.retry_after is not None:
+        response["Retry-After"] = str(bearer.retry_after)
+    return None, response
+
+
+@csrf_exempt
+@require_GET
+async def version(request):
+    _, denied = await _user(request)
+    return denied or JsonResponse({"version": OLLAMA_VERSION})
+
+
+@csrf_exempt
+@require_GET
+async def tags(request):
+    user, denied = await _user(request)
+    if denied is not None:
+        return denied
+    workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
+    models = [
+        {
+            "name": name,
+            "model": name,
+            "modified_at": workspace.created_at.isoformat(),
+            "size": 0,
+            "digest": "",
+            "details": {
+                "parent_model": "",
+                "format": "",
+                "family": "graphrag-teams",
+                "families": ["graphrag-teams"],
+                "parameter_size": "",
+                "quantization_level": "",
+                "mode": mode,
+            },
+        }
+        for workspace in workspaces
+        for name, mode in model_names(workspace, default_tag=DEFAULT_TAG)
+    ]
+    return JsonResponse({"models": models})
+
+
+@csrf_exempt
+@require_POST
+async def chat(request):
+    return await _answer(request, asked=_chat_asked, piece=_chat_piece)
+
+
+@csrf_exempt
+@require_POST
+async def generate(request):
+    return await _answer(request, asked=_generate_asked, piece=_generate_piece)
+
+
+def _chat_asked(body: dict) -> tuple[str, list[dict]]:
+    return conversation(body.get("messages"))
+
+
+def _chat_piece(text: str) -> dict:
+    return {"message": {"role": "assistant", "content": text}}
+
+
+def _generate_asked(body: dict) -> tuple[str, list[dict]]:
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise AskInvalid("'prompt' is required: the question to ask.")
+    return prompt, []
+
+
+def _generate_piece(text: str) -> dict:
+    return {"response": text}
+
+
+class _Reply:
+    """An answer in Ollama's reply shape; `piece` puts a text where /api/chat or /api/generate has it."""
+
+    def __init__(self, *, model: str, base_url: str, workspace_slug: str, piece: Callable[[str], dict]):
+        self.model = model
+        self.base_url = base_url
+        self.workspace_slug = workspace_slug
+        self.piece = piece
+        self.started = time.monotonic_ns()
+
+    def _line(self, text: str, *, done: bool = False, **extra) -> dict:
+        return {
+            "model": self.model,
+            "created_at": timezone.now().isoformat(),
+            **self.piece(text),
+            "done": done,
+            **extra,
+        }
+
+    def _sources(self, done: DoneEvent) -> list[dict]:
+        return cited_sources(
+            answer=done.answer, citations=done.citations, base_url=self.base_url, workspace_slug=self.workspace_slug
+        )
+
+    def _final(self, text: str, done: DoneEvent, sources: list[dict]) -> dict:
+        return self._line(
+            text,
+            done=True,
+            done_reason="stop",
+            total_duration=time.monotonic_ns() - self.started,
+            load_duration=0,
+            prompt_eval_count=done.usage.prompt_tokens,
+            eval_count=done.usage.completion_tokens,
+            sources=sources,
+            answer_engine=done.engine,
+        )
+
+    def whole(self, retrieval: RetrievalEvent, done: DoneEvent) -> dict:
+        sources = self._sources(done)
+        # Asked for the context only ("/context ..."), the context is the reply.
+        text = retrieval.result.context if done.answer is None else done.answer
+        return self._final(text + sources_text(sources), done, sources)
+
+    async def lines(self, retrieval: RetrievalEvent, events: AsyncIterator) -> AsyncIterator[bytes]:
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, TokenEvent):
+                    yield _ndjson(self._line(event.text))
+                elif isinstance(event, ErrorEvent):
+                    yield _ndjson({"error": event.message})
+                elif isinstance(event, DoneEvent):
+                    sources = self._sources(event)
+                    tail = (retrieval.result.context if event.answer is None else "") + sources_text(sources)
+                    yield _ndjson(self._final(tail, event, sources))
+
+
+async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], piece: Callable[[str], dict]):
+    user, denied = await _user(request)
+    if denied is not None:
+        return denied
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        return _error(400, 'The body must be a JSON object: {"model": "<workspace>:latest", ...}.')
+    try:
+        model = parse_model(body.get("model"))
+    except UnknownModel:
+        return _no_such_model(body.get("model"))
+    options = body.get("options")
+    try:
+        if options is not None and not isinstance(options, dict):
+            raise AskInvalid("'options' must be an object.")
+        question, history = asked(body)
+        # Our answer options ride in Ollama's `options` object, next to the sampling ones we
+        # ignore; its `top_k` is one of those (top-k sampling), not our graph rows per search.
+        ours = {name: value for name, value in (options or {}).items() if name != "top_k"}
+        ask = chat_request(model=model, question=question, history=history, options=ours)
+        # Ollama streams unless told not to.
+        stream = check_flag("stream", body.get("stream"), default=True)
+        workspace = await sync_to_async(workspace_for_asking)(user=user, slug=model.slug, mode=ask.mode)
+    except AskInvalid as invalid:
+        return _error(400, str(invalid))
+    except AskDenied:
+        return _no_such_model(body["model"])
+    except AskRefused as refusal:
+        return _error(409, str(refusal))
+    events = ask_stream(workspace=workspace, request=ask)
+    retrieval = await anext(events)
+    if isinstance(retrieval, ErrorEvent):
+        await events.aclose()
+        return _error(_ERROR_STATUS[retrieval.reason], retrieval.message)
+    reply = _Reply(
+        model=body["model"], base_url=request.build_absolute_uri("/"), workspace_slug=workspace.slug, piece=piece
+    )
+    if stream:
+        response = StreamingHttpResponse(reply.lines(retrieval, events), content_type="application/x-ndjson")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    async with aclosing(events):
+        async for last in events:
+            if isinstance(last, ErrorEvent):
+                return _error(_ERROR_STATUS[last.reason], last.message)
+    return JsonResponse(reply.whole(retrieval, last))
+
+
+def _ndjson(data: dict) -> bytes:
+    return (json.dumps(data, ensure_ascii=False) + "\n").encode()

@@ -1,0 +1,17 @@
+"""The API's HTTP paths; config/urls.py mounts them with the pages under the `knowledge` namespace.
+The MCP server is an ASGI app of its own, routed in config/asgi.py."""
+
+from django.urls import path
+
+from knowledge.api import http, ollama, openai
+
+urlpatterns = [
+    path("api/workspaces/<slug:slug>/query", http.query, name="api_query"),
+    # OpenAI's and Ollama's paths, where their clients look for them.
+    path("v1/models", openai.models, name="openai_models"),
+    path("v1/chat/completions", openai.chat_completions, name="openai_chat_completions"),
+    path("api/version", ollama.version, name="ollama_version"),
+    path("api/tags", ollama.tags, name="ollama_tags"),
+    path("api/chat", ollama.chat, name="ollama_chat"),
+    path("api/generate", ollama.generate, name="ollama_generate"),
+]

@@ -1,0 +1,259 @@
+"""The deterministic extractor used when no chat model is configured (spaCy, offline).
+
+It fills the same records as the LLM extractor, so everything downstream is shared. Tuned for
+real documents (documentation, papers, reports), where an LLM extractor keeps about 6 entities
+per 1,000 tokens and a naive NLP one 50 to 70, most of them noise:
+
+- Only prose is read: sentences that are mostly symbols (code, markup, formulas, command
+  lines, tables flattened to text) are skipped.
+- Named entities (spaCy's NER) are kept when they look like names: no markup or code
+  characters, letters, balanced brackets, at most five words.
+- Noun phrases are kept only where they recur in the chunk (in two sentences, three for a
+  single word), with generic heads ("example", "way", "option") left out: a phrase a chunk
+  mentions once is rarely a topic of the document.
+- Numbers, money, times and dates are not entities (a date in a sentence would link
+  everything in it).
+- Relations join neighbours: each mention with the next one in its sentence (a chain, at most
+  MAX_MENTIONS_PER_SENTENCE - 1 per sentence), whose description is the sentence; consolidation
+  sums one strength per sentence, so a pair's strength is how often it co-occurs.
+"""
+
+import re
+import threading
+from collections import Counter
+
+from knowledge.rag import language
+from knowledge.rag.names import OTHER_TYPE, entity_key
+
+LABEL_TYPES = {
+    "PERSON": "person",
+    "ORG": "organization",
+    "GPE": "location",
+    "LOC": "location",
+    "FAC": "location",
+    "EVENT": "event",
+    "PRODUCT": "product",
+    "WORK_OF_ART": "concept",
+    "LAW": "concept",
+    "LANGUAGE": "concept",
+    "NORP": "concept",
+}
+NOUN_PHRASE_TYPE = "concept"
+MAX_MENTIONS_PER_SENTENCE = 5
+MAX_SENTENCES_PER_DESCRIPTION = 3
+MAX_NAME_WORDS = 5
+MAX_SENTENCE_TOKENS = 80
+# A sentence is prose when at least this share of its tokens are words.
+MIN_WORD_SHARE = 0.6
+# Sentences of the chunk that must mention a noun phrase for it to be kept.
+PHRASE_RECURRENCE = 2
+WORD_RECURRENCE = 3
+# Single-word noun phrases with these lemmas say nothing about what a document is about.
+GENERIC_HEADS = frozenset(
+    {
+        "example",
+        "way",
+        "thing",
+        "case",
+        "use",
+        "number",
+        "part",
+        "lot",
+        "kind",
+        "sort",
+        "type",
+        "set",
+        "list",
+        "problem",
+        "issue",
+        "feature",
+        "function",
+        "content",
+        "overview",
+        "detail",
+        "information",
+        "time",
+        "point",
+        "result",
+        "value",
+        "option",
+        "default",
+        "section",
+        "chapter",
+        "page",
+        "note",
+        "following",
+        "other",
+        "one",
+        "people",
+        "end",
+        "start",
+        "beginning",
+        "middle",
+        "line",
+        "word",
+        "name",
+        "reason",
+        "fact",
+        "idea",
+        "question",
+        "answer",
+        "step",
+        "item",
+        "form",
+        "place",
+        "level",
+        "order",
+        "effect",
+        "purpose",
+        "side",
+        "area",
+        "term",
+        "mode",
+        "method",
+        "approach",
+    }
+)
+_CODE_CHARACTERS = frozenset("<>{}[]=\\|$^~#@`*_;")
+_ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|cf|vs)\b\.?", re.IGNORECASE)
+# "Chapter 3", "section 4.7.4": pointers within the document, not things it is about.
+_CROSS_REFERENCE = re.compile(
+    r"^(?:chapter|section|figure|fig|table|page|appendix|step|part|example|listing)\.?\s+[\dIVXivx.]+$", re.IGNORECASE
+)
+_lock = threading.Lock()
+
+
+def _trimmed(span):
+    """The span without leading determiners, pronouns and punctuation ("the University of Paris")."""
+    start, end = span.start, span.end
+    doc = span.doc
+    while start < end and (doc[start].pos_ in ("DET", "PRON", "PUNCT") or doc[start].is_stop):
+        start += 1
+    while end > start and doc[end - 1].pos_ in ("PUNCT", "PART"):
+        end -= 1
+    return doc[start:end]
+
+
+def clean_name(text: str) -> str | None:
+    """The text as an entity name, or None when it is markup, code, a number or a fragment."""
+    name = " ".join(text.split())
+    if not 2 <= len(name) <= 80 or len(name.split()) > MAX_NAME_WORDS:
+        return None
+    if _CODE_CHARACTERS.intersection(name) or "://" in name or _ABBREVIATION.match(name):
+        return None
+    if _CROSS_REFERENCE.match(name):
+        return None
+    if name.count("(") != name.count(")") or name[0] in "-./(" or name[-1] in "-/(":
+        return None
+    letters = sum(char.isalpha() for char in name)
+    if letters < 2 or letters < 0.5 * len(name.replace(" ", "")):
+        return None
+    return name
+
+
+def _is_prose(sentence) -> bool:
+    tokens = [token for token in sentence if not token.is_space]
+    if not 3 <= len(tokens) <= MAX_SENTENCE_TOKENS:
+        return False
+    words = sum(1 for token in tokens if token.is_alpha)
+    return words >= MIN_WORD_SHARE * len(tokens) and not _CODE_CHARACTERS.intersection(sentence.text)
+
+
+def _named(sentence, allowed: dict[str, str]) -> tuple[list[tuple[int, str, str, str]], set[int]]:
+    """(position, key, name, type) of the named entities that look like names, and the token
+    positions every named entity covers (noun phrases there are the same thing)."""
+    found, covered = [], set()
+    for entity in sentence.ents:
+        covered.update(range(entity.start, entity.end))
+        kind = LABEL_TYPES.get(entity.label_)
+        span = _trimmed(entity) if kind else None
+        name = clean_name(span.text) if span else None
+        if name:
+            found.append((span.start, entity_key(name), name, allowed.get(kind, OTHER_TYPE)))
+    return found, covered
+
+
+def _phrases(sentence, taken: set[int]) -> list[tuple[int, str, str, bool]]:
+    """(position, key, name, single word) of the noun phrases that do not overlap a named entity."""
+    found = []
+    for chunk in sentence.noun_chunks:
+        span = _trimmed(chunk)
+        if (
+            not span
+            or taken.intersection(range(chunk.start, chunk.end))
+            or span.root.pos_ not in ("NOUN", "PROPN")
+            or any(token.pos_ in ("VERB", "AUX", "NUM") for token in span)
+            or (len(span) == 1 and span.root.lemma_.lower() in GENERIC_HEADS)
+        ):
+            continue
+        name = clean_name(span.text)
+        if name:
+            found.append((span.start, entity_key(name), name, len(span) == 1))
+    return found
+
+
+def _keywords(sentence) -> str:
+    verbs = [token.lemma_.lower() for token in sentence if token.pos_ == "VERB"]
+    return ", ".join(dict.fromkeys(verbs[:3]))
+
+
+def _records(doc, allowed: dict[str, str]) -> dict:
+    concept = allowed.get(NOUN_PHRASE_TYPE, OTHER_TYPE)
+    read = []
+    recurrence: Counter = Counter()
+    for sentence in doc.sents:
+        if not _is_prose(sentence):
+            continue
+        named, covered = _named(sentence, allowed)
+        phrases = _phrases(sentence, covered)
+        recurrence.update({key for _, key, _, _ in phrases})
+        read.append((sentence, named, phrases))
+
+    entities: dict[str, dict] = {}
+    sentences_of: dict[str, list[str]] = {}
+    relations = []
+    content: dict[str, None] = {}
+    for sentence, named, phrases in read:
+        kept = [
+            (position, key, name, concept)
+            for position, key, name, single in phrases
+            if recurrence[key] >= (WORD_RECURRENCE if single else PHRASE_RECURRENCE)
+        ]
+        mentions, seen = [], set()
+        for _, key, name, kind in sorted(named + kept):
+            if key not in seen:
+                seen.add(key)
+                mentions.append((key, name, kind))
+        mentions = mentions[:MAX_MENTIONS_PER_SENTENCE]
+        if not mentions:
+            continue
+        text = " ".join(sentence.text.split())
+        for key, name, kind in mentions:
+            entities.setdefault(key, {"name": name, "type": kind})
+            described = sentences_of.setdefault(key, [])
+            if text not in described:
+                described.append(text)
+        for _, _, name, _ in named:
+            content.setdefault(name, None)
+        keywords = _keywords(sentence)
+        for (_, first, _), (_, second, _) in zip(mentions, mentions[1:], strict=False):
+            relations.append(
+                {"source": first, "target": second, "keywords": keywords, "description": text, "strength": 1.0}
+            )
+    return {
+        "entities": [
+            {**entity, "description": " ".join(sentences_of[key][:MAX_SENTENCES_PER_DESCRIPTION])}
+            for key, entity in entities.items()
+        ],
+        "relations": relations,
+        "keywords": list(content)[:10],
+    }
+
+
+def nlp_extract(texts: list[str], *, entity_types: list[str]) -> list[dict]:
+    """Records for each text, in order."""
+    allowed = {kind.casefold(): kind for kind in entity_types}
+    nlp = language.pipeline()
+    # spaCy's pipeline objects are not documented as thread-safe; ingestion threads take turns.
+    with _lock:
+        return [_records(doc, allowed) for doc in nlp.pipe(texts, batch_size=16)]

@@ -1,0 +1,243 @@
+"""Vector writes: many rows in one statement, binary vectors, and re-embedding after a model change."""
+
+from collections.abc import Iterable
+
+import numpy as np
+import psycopg
+from django.db import connection, transaction
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.types import TypeInfo
+
+from knowledge.models import Chunk, Entity, Relation
+from knowledge.rag import llm
+from knowledge.rag.chunking import embedding_text
+from knowledge.rag.graph.describe import entity_embedding_text, relation_embedding_text
+
+_COLUMN_TYPES = {
+    "name": "text",
+    "type": "text",
+    "description": "text",
+    "keywords": "text",
+    "weight": "float8",
+    "summary": "text",
+    "summary_through": "int8",
+    "summary_sources": "int4",
+}
+
+
+def _vector_cursor() -> psycopg.Cursor:
+    """A cursor on Django's connection (same transaction) that binds on the server and sends vectors in binary.
+
+    Django's cursor interpolates parameters into the SQL text: thousands of vectors become
+    megabytes of SQL to quote and parse, twenty times slower than pgvector's binary format.
+    """
+    connection.ensure_connection()
+    cursor = psycopg.Cursor(connection.connection)
+    register_vector_info(cursor, TypeInfo.fetch(connection.connection, "vector"))
+    return cursor
+
+
+def update_rows(model, updates: dict[int, dict]) -> None:
+    """Set different values on many rows in one statement per 1000 rows (UPDATE ... FROM unnest).
+
+    Django's bulk_update writes a CASE per column, which Postgres evaluates row by row: with
+    vectors in it, thousands of rows take seconds. Rows without an "embedding" keep theirs.
+    """
+    if not updates:
+        return
+    columns = sorted({name for values in updates.values() for name in values} - {"embedding"})
+    with_vectors = any("embedding" in values for values in updates.values())
+    names = [*columns, "embedding"] if with_vectors else columns
+    assignments = [f"{column} = v.{column}" for column in columns]
+    arrays = ["%s::bigint[]", *(f"%s::{_COLUMN_TYPES[column]}[]" for column in columns)]
+    if with_vectors:
+        assignments.append("embedding = COALESCE(v.embedding, t.embedding)")
+        arrays.append("%b::vector[]")
+    if any(field.name == "updated_at" for field in model._meta.concrete_fields):
+        assignments.append("updated_at = now()")
+    sql = (
+        f"UPDATE {model._meta.db_table} AS t SET {', '.join(assignments)} "  # noqa: S608 - our own names
+        f"FROM unnest({', '.join(arrays)}) AS v(id, {', '.join(names)}) WHERE t.id = v.id"
+    )
+    items = sorted(updates.items())
+    lock = f"SELECT id FROM {model._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"  # noqa: S608
+    with _vector_cursor() as cursor:
+        for start in range(0, len(items), 1000):
+            page = items[start : start + 1000]
+            # In id order, as publishing locks them: concurrent writers of the same rows wait
+            # for each other instead of deadlocking.
+            cursor.execute(lock, [[pk for pk, _ in page]])
+            params = [[pk for pk, _ in page]]
+            params += [[values.get(column) for _, values in page] for column in columns]
+            if with_vectors:
+                params.append([_as_vector(values.get("embedding")) for _, values in page])
+            cursor.execute(sql, params)
+
+
+def stage_vectors(*, document_id: int, kind: str, rows: list[tuple[int, str, list[float]]]) -> None:
+    """Keep vectors for the document's publication: (row id, text hash, vector) per row."""
+    if not rows:
+        return
+    sql = (
+        "INSERT INTO knowledge_pendingvector (document_id, kind, row_id, text_hash, embedding) "
+        "SELECT %s, %s, r, h, v FROM unnest(%s::bigint[], %s::text[], %b::vector[]) AS u(r, h, v) "
+        "ON CONFLICT (document_id, kind, row_id) DO UPDATE SET text_hash = EXCLUDED.text_hash, "
+        "embedding = EXCLUDED.embedding"
+    )
+    with _vector_cursor() as cursor:
+        for start in range(0, len(rows), 1000):
+            page = rows[start : start + 1000]
+            cursor.execute(
+                sql,
+                [
+                    document_id,
+                    kind,
+                    [row_id for row_id, _, _ in page],
+                    [text_hash for _, text_hash, _ in page],
+                    [_as_vector(vector) for _, _, vector in page],
+                ],
+            )
+
+
+def stage_vectors_of_others(*, document_id: int, kind: str, wanted: dict[int, str]) -> set[int]:
+    """Copy vectors another document already staged for the same rows and texts; the rows copied.
+
+    Two documents in flight often create the same entity; the second need not embed it again.
+    """
+    if not wanted:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO knowledge_pendingvector (document_id, kind, row_id, text_hash, embedding) "
+            "SELECT DISTINCT ON (p.row_id) %s, p.kind, p.row_id, p.text_hash, p.embedding "
+            "FROM knowledge_pendingvector p JOIN unnest(%s::bigint[], %s::text[]) AS w(r, h) "
+            "ON p.row_id = w.r AND p.text_hash = w.h WHERE p.kind = %s AND p.document_id <> %s "
+            "ON CONFLICT (document_id, kind, row_id) DO NOTHING RETURNING row_id",
+            [document_id, list(wanted), list(wanted.values()), kind, document_id],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+_PUBLISH_SQL = """
+UPDATE knowledge_{table} t SET embedding = p.embedding{extra}
+FROM knowledge_pendingvector p
+WHERE p.document_id = %s AND p.kind = %s AND t.id = p.row_id AND {condition}
+"""
+
+
+def publish_vectors(*, document_id: int) -> dict[str, int]:
+    """Move the document's staged vectors onto their rows, publishing entities and relations that
+    were not yet; rows counted per kind. Call it inside the publishing transaction."""
+    published = {}
+    with connection.cursor() as cursor:
+        # Rows are locked in id order, as the rebuild's writes lock them, so publishers and
+        # rebuilds of overlapping rows wait for each other instead of deadlocking.
+        for table in ("entity", "relation"):
+            cursor.execute(
+                f"SELECT t.id FROM knowledge_{table} t JOIN knowledge_pendingvector p "  # noqa: S608 - fixed names
+                "ON p.row_id = t.id AND p.kind = %s AND p.document_id = %s ORDER BY t.id FOR UPDATE OF t",
+                [table, document_id],
+            )
+        cursor.execute(
+            _PUBLISH_SQL.format(table="chunk", extra="", condition="t.embedding IS NULL"), [document_id, "chunk"]
+        )
+        published["chunk"] = cursor.rowcount
+        for table in ("entity", "relation"):
+            cursor.execute(
+                _PUBLISH_SQL.format(table=table, extra=", published = true", condition="NOT t.published"),
+                [document_id, table],
+            )
+            published[table] = cursor.rowcount
+        cursor.execute("DELETE FROM knowledge_pendingvector WHERE document_id = %s", [document_id])
+    return published
+
+
+def _as_vector(vector):
+    return None if vector is None else np.asarray(vector, dtype=np.float32)
+
+
+def embed_published(*, entity_ids: Iterable[int] = (), relation_ids: Iterable[int] = ()) -> None:
+    """Embed published entities and relations again from their current names (after a rename or
+    a merge changed them); unpublished rows get theirs when their document is published."""
+    entities = list(
+        Entity.objects.filter(pk__in=list(entity_ids), published=True).values_list("pk", "name", "description")
+    )
+    relations = list(
+        Relation.objects.filter(pk__in=list(relation_ids), published=True).values_list(
+            "pk", "source__name", "target__name", "keywords", "description"
+        )
+    )
+    texts = [entity_embedding_text(name, description) for _, name, description in entities]
+    texts += [relation_embedding_text(*row[1:]) for row in relations]
+    vectors = iter(llm.embed(texts, purpose="passage"))
+    update_rows(Entity, {pk: {"embedding": next(vectors)} for pk, *_ in entities})
+    update_rows(Relation, {pk: {"embedding": next(vectors)} for pk, *_ in relations})
+
+
+# ---------------------------------------------------------------------------------------
+# Re-embedding (after changing the embedding model)
+
+REEMBED_PAGE = 256
+VECTOR_TABLES = {"knowledge_chunk": "chunk", "knowledge_entity": "entity", "knowledge_relation": "relation"}
+
+
+def vector_dimensions() -> int:
+    """The dimension the vector columns hold now (pgvector keeps it as the column's type modifier)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'knowledge_chunk'::regclass AND attname = 'embedding'"
+        )
+        return cursor.fetchone()[0]
+
+
+def resize_vector_columns(dimensions: int) -> None:
+    """Change every vector column to `dimensions`, dropping the old vectors and rebuilding the HNSW indexes."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table, prefix in VECTOR_TABLES.items():
+            index = f"{prefix}_embedding_hnsw"
+            cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
+            cursor.execute(
+                f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL"  # noqa: S608
+            )
+            cursor.execute(
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "  # noqa: S608
+                "WITH (m = 16, ef_construction = 64)"
+            )
+
+
+def _reembed(model, queryset, text_of) -> int:
+    done, last = 0, 0
+    while True:
+        page = list(queryset.filter(pk__gt=last).order_by("pk")[:REEMBED_PAGE])
+        if not page:
+            return done
+        vectors = llm.embed([text_of(row) for row in page], purpose="passage")
+        update_rows(model, {row["pk"]: {"embedding": vector} for row, vector in zip(page, vectors, strict=True)})
+        done += len(page)
+        last = page[-1]["pk"]
+
+
+def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
+    """Embed every published chunk, entity and relation of the workspace again with the current
+    embedding model (unpublished ones get theirs when their document is published)."""
+    return {
+        "chunks": _reembed(
+            Chunk,
+            Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "section", "text"),
+            lambda row: embedding_text(row["section"], row["text"]),
+        ),
+        "entities": _reembed(
+            Entity,
+            Entity.objects.filter(workspace_id=workspace_id, published=True).values("pk", "name", "description"),
+            lambda row: entity_embedding_text(row["name"], row["description"]),
+        ),
+        "relations": _reembed(
+            Relation,
+            Relation.objects.filter(workspace_id=workspace_id, published=True).values(
+                "pk", "source__name", "target__name", "keywords", "description"
+            ),
+            lambda row: relation_embedding_text(
+                row["source__name"], row["target__name"], row["keywords"], row["description"]
+            ),
+        ),
+    }

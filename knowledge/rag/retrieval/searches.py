@@ -1,0 +1,475 @@
+"""The searches of retrieval, in SQL: vector and hybrid (vector + full text) searches of chunks,
+entities and relations, the one-hop walk around entities, the chunks that support them, and
+degrees. Each is one query, however large the workspace (the retrieval benchmark pins the counts).
+Callers pass the workspace they already checked; nothing here decides who may read."""
+
+import re
+from collections.abc import Iterable, Sequence
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, QuerySet
+from django.db.models.functions import Coalesce
+from pgvector.django import CosineDistance
+
+from knowledge.models import Chunk, Entity, Relation, Workspace
+
+
+def degree_of(entity: str = "") -> Coalesce:
+    """The degree of the entity at the lookup path `entity` ("" for the queried entity itself),
+    read from EntityDegree, which triggers keep equal to the count of its relations."""
+    return Coalesce(f"{entity}degree_row__degree", 0)
+
+
+def entity_degrees(*, entity_ids: Iterable[int]) -> dict[int, int]:
+    """Degree (number of relations) of each entity, in one query."""
+    rows = Entity.objects.filter(pk__in=list(entity_ids)).annotate(degree=degree_of())
+    return dict(rows.values_list("pk", "degree"))
+
+
+def relation_ranks(*, relation_ids: Iterable[int]) -> dict[int, int]:
+    """Edge rank (sum of both endpoints' degrees) of each relation, in one query."""
+    rows = Relation.objects.filter(pk__in=list(relation_ids)).annotate(
+        rank=degree_of("source__") + degree_of("target__")
+    )
+    return dict(rows.values_list("pk", "rank"))
+
+
+def _nearest(
+    queryset: QuerySet,
+    *,
+    size: int,
+    vector: Sequence[float],
+    k: int,
+    min_similarity: float | None,
+):
+    # Nobody needs the vectors of the rows found, and parsing them costs more than the search.
+    queryset = (
+        queryset.exclude(embedding=None).defer("embedding").annotate(distance=CosineDistance("embedding", vector))
+    )
+    # Below the threshold an exact scan over the workspace's rows is both right and fast;
+    # ordering by an expression the index cannot serve (distance + 0) is what makes the planner
+    # choose it. Above it the HNSW index answers, scanning on until it has k rows of the
+    # workspace (iterative scans, see settings); in relaxed order, so the rows are sorted here.
+    if size <= settings.VECTOR_EXACT_SCAN_MAX:
+        rows = list(queryset.order_by(F("distance") + 0.0, "pk")[:k])
+    else:
+        rows = sorted(queryset.order_by("distance")[:k], key=lambda row: (row.distance, row.pk))
+    # The rows come nearest first, so the similarity floor keeps a prefix of them: applied
+    # here it gives the same rows as in SQL, without sending the vector twice.
+    if min_similarity is not None:
+        rows = [row for row in rows if row.distance <= 1.0 - min_similarity]
+    return rows
+
+
+# Reciprocal rank fusion: a row's score is the sum over the rankings that found it of
+# 1 / (RRF_K + rank). 60 is the constant of Cormack et al., which most hybrid search engines keep.
+RRF_K = 60
+# The lexical side ranks at most this many matching rows (read in index order), so a query word
+# that occurs in most of a large workspace costs a bounded amount; rarer words match fewer rows.
+LEXICAL_CANDIDATES = 500
+MAX_QUERY_TERMS = 32
+_QUERY_TERM = re.compile(r"\w+(?:[.\-']\w+)*")
+
+
+def _looks_like_an_identifier(term: str, following: str) -> bool:
+    return (
+        any(mark in term for mark in "_.")
+        or any(character.isdigit() for character in term)
+        or any(character.isupper() for character in term[1:])
+        or following.startswith("(")
+    )
+
+
+def identifier_terms(text: str) -> str:
+    """A tsquery text matching any identifier-like word of `text`: with an underscore, a dot or a
+    digit, capitals past its first letter, or called like a function (`setblocking(`).
+
+    These are what an embedding blurs and what words find exactly. Plain words are left to the
+    vector: without document frequencies (Postgres ranks matches by where they occur, not by how
+    rare a word is), an OR of a question's plain words ranks the chunks that repeat "file" or
+    "use" above the one that answers, and on the known-answer benchmark that lost more first
+    places than it won.
+    """
+    terms = dict.fromkeys(
+        match.group().replace("'", "").casefold()
+        for match in _QUERY_TERM.finditer(text)
+        if _looks_like_an_identifier(match.group(), text[match.end() :])
+    )
+    return " | ".join(f"'{term}'" for term in list(terms)[:MAX_QUERY_TERMS])
+
+
+def search_terms(text: str) -> str:
+    """A tsquery text matching any word of `text` ('a' | 'b'); an identifier such as
+    inspect.get_annotations stays one term, which Postgres matches as a phrase of its parts."""
+    terms = dict.fromkeys(match.group().replace("'", "").casefold() for match in _QUERY_TERM.finditer(text))
+    return " | ".join(f"'{term}'" for term in list(terms)[:MAX_QUERY_TERMS])
+
+
+def _vector_order(size: int) -> str:
+    # See _nearest: below the threshold an exact scan, forced by an expression the index cannot serve.
+    return "(x.embedding <=> %(vector)s::vector) + 0" if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
+
+
+_CHUNKS_HYBRID_SQL = """
+WITH vector_hits AS MATERIALIZED (
+    SELECT id, distance, row_number() OVER (ORDER BY distance, id) AS rank
+    FROM (
+        SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+        FROM knowledge_chunk x
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        ORDER BY {order}
+        LIMIT %(k)s
+    ) nearest
+    WHERE distance <= %(max_distance)s
+), lexical_hits AS MATERIALIZED (
+    SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
+    FROM (
+        SELECT m.id, ts_rank_cd(m.search, q.query) AS score
+        FROM (
+            SELECT x.id, x.search FROM knowledge_chunk x
+            -- As on the vector side, a chunk without its vector is not served (not published yet).
+            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+              AND x.search @@ to_tsquery('english', %(terms)s)
+            LIMIT %(candidates)s
+        ) m, (SELECT to_tsquery('english', %(terms)s) AS query) q
+        ORDER BY score DESC, m.id
+        LIMIT %(k)s
+    ) best
+), fused AS (
+    SELECT id, sum(1.0 / (%(rrf_k)s + rank)) AS score, min(distance) AS distance,
+           min(rank) FILTER (WHERE lexical) AS lexical_rank
+    FROM (
+        SELECT id, rank, distance, false AS lexical FROM vector_hits
+        UNION ALL
+        SELECT id, rank, NULL, true FROM lexical_hits
+    ) hits
+    GROUP BY id
+    ORDER BY score DESC, lexical_rank NULLS LAST, id
+    LIMIT %(k)s
+)
+SELECT c.id, c.workspace_id, c.document_id, c."order", c.text, c.token_count, c.char_start, c.char_end,
+       c.section, c.page_start, c.page_end, c.location, c.anchor, d.title AS document_title,
+       f.score, f.distance, f.lexical_rank
+FROM fused f
+JOIN knowledge_chunk c ON c.id = f.id
+JOIN knowledge_document d ON d.id = c.document_id
+ORDER BY f.score DESC, f.lexical_rank NULLS LAST, c.id
+"""
+
+
+def chunks_nearest(
+    *,
+    workspace: Workspace,
+    vector: Sequence[float],
+    k: int,
+    min_similarity: float | None = None,
+    text: str = "",
+) -> list[Chunk]:
+    """The k best chunks of the workspace for a question, in one query: the chunks nearest to
+    `vector` by cosine and the chunks that best match the identifiers `text` names (Postgres
+    full-text search, see identifier_terms), fused by reciprocal rank; on equal scores the words'
+    ranking goes first (an exact word is the sharper signal). Each has `document_title`, `score`,
+    `distance` (None when only the words found it) and `lexical_rank` (None when only the vector
+    found it)."""
+    params = {
+        "workspace_id": workspace.pk,
+        "vector": _vector_literal(vector),
+        "k": k,
+        "max_distance": 2.0 if min_similarity is None else 1.0 - min_similarity,
+        "terms": identifier_terms(text),
+        "candidates": LEXICAL_CANDIDATES,
+        "rrf_k": RRF_K,
+    }
+    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count))
+    return list(Chunk.objects.raw(sql, params))
+
+
+_ENTITIES_HYBRID_SQL = """
+WITH vector_hits AS MATERIALIZED (
+    SELECT id, row_number() OVER (ORDER BY distance, id) AS rank
+    FROM (
+        SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+        FROM knowledge_entity x
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        ORDER BY {order}
+        LIMIT %(k)s
+    ) nearest
+    WHERE distance <= %(max_distance)s
+), named AS MATERIALIZED (
+    SELECT x.id, x.key = ANY(%(keys)s) AS exact, length(x.name) AS name_length
+    FROM knowledge_entity x
+    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published
+    UNION
+    SELECT * FROM (
+        SELECT x.id, x.key = ANY(%(keys)s), length(x.name)
+        FROM knowledge_entity x
+        WHERE x.workspace_id = %(workspace_id)s AND x.published AND x.search @@ to_tsquery('simple', %(names)s)
+        LIMIT %(candidates)s
+    ) partial
+), lexical_hits AS MATERIALIZED (
+    SELECT id, exact, row_number() OVER (ORDER BY exact DESC, name_length, id) AS rank
+    FROM named
+    ORDER BY rank
+    LIMIT %(k)s
+), fused AS (
+    SELECT id, bool_or(exact) AS exact, sum(1.0 / (%(rrf_k)s + rank)) AS score
+    FROM (
+        SELECT id, false AS exact, rank FROM vector_hits
+        UNION ALL
+        SELECT id, exact, rank FROM lexical_hits
+    ) hits
+    GROUP BY id
+    ORDER BY bool_or(exact) DESC, score DESC, id
+    LIMIT %(k)s
+)
+SELECT e.id, e.workspace_id, e.key, e.name, e.type, e.description,
+       coalesce(g.degree, 0) AS degree, e.embedding <=> %(vector)s::vector AS distance, f.exact, f.score
+FROM fused f
+JOIN knowledge_entity e ON e.id = f.id
+LEFT JOIN knowledge_entitydegree g ON g.entity_id = e.id
+ORDER BY f.exact DESC, f.score DESC, e.id
+"""
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(value)) for value in vector) + "]"
+
+
+def entities_nearest(
+    *,
+    workspace: Workspace,
+    vector: Sequence[float],
+    k: int,
+    min_similarity: float | None = None,
+    names: Sequence[str] = (),
+) -> list[Entity]:
+    """The k best entities of the workspace, in one query: those nearest to `vector` by cosine
+    and those named by `names` (the low-level keywords), fused by reciprocal rank. An entity whose
+    key equals a name comes first; one whose name holds all the words of a name comes next in the
+    name ranking, shortest name first. Each has `.distance`, `.degree` and `.exact`."""
+    from knowledge.rag.names import entity_key
+
+    phrases = [" <-> ".join(f"'{word}'" for word in search_terms(name).replace("'", "").split(" | ")) for name in names]
+    params = {
+        "workspace_id": workspace.pk,
+        "vector": _vector_literal(vector),
+        "k": k,
+        "max_distance": 2.0 if min_similarity is None else 1.0 - min_similarity,
+        "keys": [entity_key(name) for name in names],
+        "names": " | ".join(f"({phrase})" for phrase in phrases if phrase != "''"),
+        "candidates": LEXICAL_CANDIDATES,
+        "rrf_k": RRF_K,
+    }
+    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count))
+    return list(Entity.objects.raw(sql, params))
+
+
+def relations_nearest(
+    *,
+    workspace: Workspace,
+    vector: Sequence[float],
+    k: int,
+    min_similarity: float | None = None,
+) -> list[Relation]:
+    """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
+    type, description) and their degrees as `.source_degree` and `.target_degree`."""
+    return _nearest(
+        Relation.objects.filter(workspace=workspace)
+        .select_related("source", "target")
+        .only(
+            "pk",
+            "workspace_id",
+            "source_id",
+            "target_id",
+            "keywords",
+            "description",
+            "weight",
+            *(f"{end}__{name}" for end in ("source", "target") for name in ("name", "type", "description")),
+        )
+        .annotate(source_degree=degree_of("source__"), target_degree=degree_of("target__")),
+        size=workspace.relation_count,
+        vector=vector,
+        k=k,
+        min_similarity=min_similarity,
+    )
+
+
+# The candidates are ranked on ids and numbers alone; only the rows kept are joined to their text.
+# Degrees are looked up per candidate: a join lets the planner hash the whole degree table.
+# Only far ends come with their description: the caller has the given entities' own, and a
+# hub's description repeated on each of its hundreds of relations would be most of the reply.
+_RELATIONS_AROUND_SQL = """
+WITH candidates AS MATERIALIZED (
+    SELECT c.id, c.source_id, c.target_id, c.weight,
+           coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.source_id), 0) AS source_degree,
+           coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.target_id), 0) AS target_degree
+    FROM knowledge_relation c
+    WHERE c.workspace_id = %(workspace_id)s AND c.published
+      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
+), ranked AS (
+    SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
+)
+SELECT k.id, k.source_id, k.target_id, r.keywords, r.description, k.weight,
+       k.source_degree, k.target_degree, s.name, s.type, t.name, t.type,
+       CASE WHEN k.source_id = ANY(%(ids)s) THEN '' ELSE s.description END,
+       CASE WHEN k.target_id = ANY(%(ids)s) THEN '' ELSE t.description END
+FROM ranked k
+JOIN knowledge_relation r ON r.id = k.id
+JOIN knowledge_entity s ON s.id = k.source_id
+JOIN knowledge_entity t ON t.id = k.target_id
+ORDER BY k.source_degree + k.target_degree DESC, k.weight DESC, k.id
+"""
+
+_AROUND_COLUMNS = (
+    "id",
+    "source_id",
+    "target_id",
+    "keywords",
+    "description",
+    "weight",
+    "source_degree",
+    "target_degree",
+    "source_name",
+    "source_type",
+    "target_name",
+    "target_type",
+    "source_description",
+    "target_description",
+)
+
+
+def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
+    """The relations touching any of the entities, best first by (edge rank, weight), in one query.
+
+    Each row is a dict with the relation's fields, both endpoints' name, type and degree
+    (`source_degree`, `target_degree`; the edge rank is their sum), and the description of each
+    endpoint that is not one of `entity_ids` (`source_description`, `target_description`; "" for
+    those that are).
+    """
+    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit}
+    with connection.cursor() as cursor:
+        cursor.execute(_RELATIONS_AROUND_SQL, params)
+        return [dict(zip(_AROUND_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+
+
+def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
+    """The relations whose two endpoints are both among the entities, heaviest first, in one query:
+    dicts with id, source_id, target_id, weight, keywords and description."""
+    ids = list(entity_ids)
+    return list(
+        Relation.objects.filter(workspace=workspace, published=True, source_id__in=ids, target_id__in=ids)
+        .order_by("-weight", "pk")
+        .values("id", "source_id", "target_id", "weight", "keywords", "description")[:limit]
+    )
+
+
+_CHUNKS_SUPPORTING_SQL = """
+WITH hidden AS (
+    -- Chunks of documents not published yet (or failed): nothing is served from them.
+    SELECT c.id FROM knowledge_document d JOIN knowledge_chunk c ON c.document_id = d.id
+    WHERE d.workspace_id = %(workspace_id)s AND d.status <> 'processed'
+), entity_rows AS (
+    SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
+), relation_rows AS (
+    SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
+), links AS (
+    SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, %(from_entities)s AS reaches, s.description
+    FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
+    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
+    UNION ALL
+    SELECT s.chunk_id, 'R', s.relation_id, r.pos, %(from_relations)s, s.description
+    FROM knowledge_relationsource s JOIN relation_rows r ON r.id = s.relation_id
+    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
+), per_chunk AS (
+    SELECT chunk_id, count(*) AS support, bool_or(reaches) AS reached, min(pos) FILTER (WHERE reaches) AS first_pos
+    FROM links GROUP BY chunk_id
+), pool AS (
+    SELECT chunk_id, support, first_pos FROM per_chunk WHERE reached
+    ORDER BY support DESC, first_pos, chunk_id LIMIT %(pool)s
+), top AS (
+    SELECT p.chunk_id, row_number() OVER (ORDER BY {pick}) AS place
+    FROM pool p JOIN knowledge_chunk c ON c.id = p.chunk_id
+    ORDER BY place LIMIT %(k)s
+), best AS (
+    SELECT DISTINCT ON (l.kind, l.item) l.chunk_id
+    FROM links l JOIN per_chunk p USING (chunk_id)
+    ORDER BY l.kind, l.item, p.support DESC, l.chunk_id
+), wanted AS (
+    SELECT chunk_id, true AS in_top, place FROM top
+    UNION ALL
+    SELECT chunk_id, false, NULL FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
+)
+SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
+       CASE WHEN w.in_top THEN c.text END, c.token_count, p.support, w.in_top,
+       (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id),
+       c.section, c.location, c.page_start, c.page_end, c.anchor
+FROM (SELECT DISTINCT chunk_id, in_top, place FROM wanted) w
+JOIN per_chunk p ON p.chunk_id = w.chunk_id
+JOIN knowledge_chunk c ON c.id = w.chunk_id
+JOIN knowledge_document d ON d.id = c.document_id
+WHERE c.workspace_id = %(workspace_id)s
+ORDER BY w.in_top DESC, w.place, p.support DESC, p.first_pos NULLS LAST, c.id
+"""
+# Chunks nearest to the question first (LightRAG's VECTOR pick), or the best supported.
+_PICK_NEAREST = "c.embedding <=> %(vector)s::vector, p.support DESC, p.first_pos, p.chunk_id"
+_PICK_SUPPORTED = "p.support DESC, p.first_pos, p.chunk_id"
+# The vector pick ranks at most this many of the best-supported chunks, so a hub entity with
+# thousands of chunks costs a bounded number of distances.
+GRAPH_CHUNK_POOL = 500
+
+_CHUNK_COLUMNS = (
+    "chunk_id",
+    "document_id",
+    "document_title",
+    "char_start",
+    "char_end",
+    "text",
+    "token_count",
+    "support",
+    "in_top",
+    "links",
+    "section",
+    "location",
+    "page_start",
+    "page_end",
+    "anchor",
+)
+
+
+def chunks_supporting(
+    *,
+    workspace: Workspace,
+    entity_ids: Sequence[int],
+    relation_ids: Sequence[int],
+    from_entities: bool,
+    from_relations: bool,
+    k: int,
+    vector: Sequence[float] | None = None,
+) -> list[dict]:
+    """Source chunks of retrieved entities and relations, in one query.
+
+    A chunk's `support` is how many of the given entities and relations it was extracted for.
+    The `k` best chunks reached from the entities (`from_entities`) and/or the relations
+    (`from_relations`) come first with their text (`in_top`): the nearest to `vector` among
+    the GRAPH_CHUNK_POOL best supported when a vector is given, else the best supported. After
+    them, without text, the best-supported chunk of every other row, so each entity and relation
+    can be cited. `links` lists the rows each chunk supports as (kind "E" or "R", id, description
+    in that chunk). Ties go to the chunk of the row listed first.
+    """
+    if not entity_ids and not relation_ids:
+        return []
+    params = {
+        "workspace_id": workspace.pk,
+        "entity_ids": list(entity_ids),
+        "relation_ids": list(relation_ids),
+        "from_entities": from_entities,
+        "from_relations": from_relations,
+        "k": k,
+        "pool": max(k, GRAPH_CHUNK_POOL),
+        "vector": None if vector is None else _vector_literal(vector),
+    }
+    sql = _CHUNKS_SUPPORTING_SQL.format(pick=_PICK_SUPPORTED if vector is None else _PICK_NEAREST)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]

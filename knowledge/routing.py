@@ -1,7 +1,0 @@
-from django.urls import path
-
-from knowledge.consumers import WorkspaceEventsConsumer
-
-websocket_urlpatterns = [
-    path("ws/workspaces/<slug:slug>/events/", WorkspaceEventsConsumer.as_asgi()),
-]

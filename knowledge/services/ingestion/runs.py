@@ -1,0 +1,366 @@
+"""Runs: leases, heartbeats, turns, and what happens when a run stops for any reason.
+
+A run claims a document with one conditional UPDATE that sets its lease (zero rows: someone
+else holds it, or it is not due). While the run works, a heartbeat thread extends the lease;
+every step also checks the lease in its own transaction, so a run that lost it (it stalled
+past the expiry and someone took over) writes nothing more.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import psutil
+import redis
+from celery import current_app
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from knowledge.models import Document, GraphRebuild
+from knowledge.rag import llm, parsing
+from knowledge.services.ingestion import cleanup, steps
+from knowledge.services.ingestion.steps import DocumentGone, LeaseLost, Step, lease_expiry
+from knowledge.services.ingestion.uploads import INGEST_TASK, wake_workers
+
+logger = logging.getLogger(__name__)
+
+REBUILD_TASK = "knowledge.tasks.rebuild_graph"
+# Wake-ups the sweeper keeps queued at most: enough for every worker process to find work.
+MAX_QUEUED_WAKEUPS = 8
+
+
+class IngestInterrupted(Exception):
+    """A run stopped on a transient error (model or database unreachable); the document waits for
+    its next turn after a backoff and fails only after INGEST_MAX_ATTEMPTS such errors in a row.
+    `str(err)` is the detail for owners and operators; `public` what every member may read."""
+
+    def __init__(self, message: str, *, public: str):
+        super().__init__(message)
+        self.public = public
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _claimable() -> Q:
+    now = timezone.now()
+    return (
+        Q(status__in=[Document.Status.PENDING, Document.Status.PROCESSING], next_attempt_at__lte=now)
+        & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        & ~Q(stage=Document.Stage.DONE)
+    )
+
+
+_CLAIM_SQL = """
+UPDATE knowledge_document SET status = 'processing', lease_owner = %(owner)s, lease_expires_at = %(expiry)s
+WHERE id = (
+    SELECT id FROM knowledge_document
+    WHERE status IN ('pending', 'processing') AND stage <> 'done' AND next_attempt_at <= %(now)s
+      AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s) AND (%(id)s::bigint IS NULL OR id = %(id)s)
+    ORDER BY next_attempt_at, id
+    LIMIT 1
+    -- Two workers claiming at once take different documents instead of waiting for each other.
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+
+
+def _claim(owner: str, document_id: int | None = None) -> int | None:
+    """Lease the given document, or the claimable one whose turn came first; its id or None."""
+    params = {"owner": owner, "expiry": lease_expiry(), "now": timezone.now(), "id": document_id}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _release(document_id: int, owner: str, *, delay: float = 0.0, **fields) -> None:
+    """Give the document back: its next turn comes after everyone already waiting (or after `delay`)."""
+    Document.objects.filter(pk=document_id, lease_owner=owner).update(
+        lease_owner="",
+        lease_expires_at=None,
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        **fields,
+    )
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the lease every third of its length until stopped; notes when the lease is lost."""
+
+    def __init__(self, document_id: int, owner: str):
+        super().__init__(name=f"lease-{document_id}", daemon=True)
+        self.document_id, self.owner = document_id, owner
+        self.lost = False
+        self._stop_event = threading.Event()
+
+    def run(self):
+        interval = settings.INGEST_LEASE_SECONDS / 3
+        try:
+            while not self._stop_event.wait(interval):
+                try:
+                    extended = Document.objects.filter(pk=self.document_id, lease_owner=self.owner).update(
+                        lease_expires_at=lease_expiry()
+                    )
+                except DatabaseError:
+                    # The database is away: the run's own next step will find out; try again later.
+                    logger.warning("could not extend the lease of document %s", self.document_id, exc_info=True)
+                    close_old_connections()
+                    continue
+                if not extended:
+                    # Another run holds it now; or, unseen from this connection, it was deleted,
+                    # which the run finds out by itself.
+                    self.lost = Document.objects.filter(pk=self.document_id).exists()
+                    return
+        finally:
+            connection.close()
+
+    def stop(self):
+        self._stop_event.set()
+        self.join()
+
+
+def _never() -> bool:
+    return False
+
+
+def _run(
+    document_id: int,
+    owner: str,
+    *,
+    seconds: float | None,
+    stop: Callable[[], bool],
+    progress: Callable[[Document], None],
+) -> Document | None:
+    """Work on a leased document until it is done, its turn is over, or it cannot go on.
+
+    Returns the document as it stands (None when it was deleted meanwhile). A transient failure
+    puts it back with a backoff and raises IngestInterrupted; any other failure fails it.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    heartbeat = _Heartbeat(document_id, owner)
+    heartbeat.start()
+    try:
+        document = steps.current(document_id)
+        while True:
+            if heartbeat.lost:
+                raise LeaseLost
+            step = steps.next_step(document, owner)
+            if step is Step.DONE:
+                break
+            document = steps.run_step(step, document, owner, progress)
+            if stop() or (deadline is not None and time.monotonic() >= deadline):
+                _release(document_id, owner)
+                break
+    except (DocumentGone, LeaseLost):
+        return Document.objects.filter(pk=document_id).first()
+    except KeyboardInterrupt:
+        # Ctrl-C on the `ingest` command: the next run continues where this one stopped.
+        _release(document_id, owner)
+        raise
+    except (llm.LLMError, OperationalError, InterfaceError, SoftTimeLimitExceeded) as err:
+        if isinstance(err, llm.LLMError) and not err.transient:
+            logger.warning("ingestion of document %s failed: %s", document_id, err)
+            return cleanup.document_fail(document_id=document_id, error=err.public, detail=str(err))
+        _interrupted(document_id, owner, err)
+    except parsing.ParseError as err:
+        return cleanup.document_fail(document_id=document_id, error=str(err))
+    except steps.DocumentRefused as err:
+        return cleanup.document_fail(document_id=document_id, error=str(err))
+    except Exception as err:
+        if not Document.objects.filter(pk=document_id).exists():
+            return None
+        logger.exception("ingestion of document %s failed", document_id)
+        return cleanup.document_fail(
+            document_id=document_id,
+            error="Ingestion failed unexpectedly; the error was logged. Retry it; if it fails again, tell an owner.",
+            detail=llm.redact(f"{err.__class__.__name__}: {err}"),
+        )
+    finally:
+        heartbeat.stop()
+    return Document.objects.filter(pk=document_id).first()
+
+
+def _describe_interruption(err: Exception) -> tuple[str, str]:
+    """(the detail, what every member may read)."""
+    if isinstance(err, llm.LLMError):
+        return str(err), err.public
+    if isinstance(err, SoftTimeLimitExceeded):
+        message = "A step took longer than CELERY_TASK_TIME_LIMIT allows."
+        return message, message
+    # The driver's message names the database host; members only learn that it failed.
+    return llm.redact(f"The database connection failed: {err}"), "The database connection failed."
+
+
+def _interrupted(document_id: int, owner: str, err: Exception) -> None:
+    message, public = _describe_interruption(err)
+    logger.warning("ingestion of document %s interrupted: %s", document_id, message)
+    try:
+        if not connection.in_atomic_block:
+            # A connection broken by a database restart is replaced rather than reused.
+            close_old_connections()
+        attempts = (Document.objects.filter(pk=document_id).values_list("attempts", flat=True).first() or 0) + 1
+        if attempts > settings.INGEST_MAX_ATTEMPTS:
+            gave_up = f" (gave up after {settings.INGEST_MAX_ATTEMPTS} attempts; Retry when it is fixed)"
+            cleanup.document_fail(document_id=document_id, error=public + gave_up, detail=message + gave_up)
+        else:
+            delay = settings.INGEST_RETRY_BACKOFF * 2 ** (attempts - 1)
+            _release(
+                document_id,
+                owner,
+                delay=delay,
+                status=Document.Status.PENDING,
+                attempts=attempts,
+                error=f"Interrupted, will retry in {delay:.0f} s: {public}",
+                error_detail=message,
+            )
+            steps.announce(document_id)
+    except DatabaseError:
+        # The lease expires by itself and the sweeper brings the document back.
+        logger.warning("could not put document %s back after: %s", document_id, message, exc_info=True)
+    raise IngestInterrupted(message, public=public) from err
+
+
+def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) -> int | None:
+    """One turn: claim the document whose turn came first and work on it for one slice.
+
+    Returns the id of the document worked on (None when nothing was due). Wakes another turn
+    when work remains, once it holds its document and again when it gives it back, so a queue
+    of documents keeps every worker busy.
+    """
+    owner = owner or worker_identity()
+    document_id = _claim(owner)
+    if document_id is None:
+        return None
+    _wake_another_if_work_waits()
+    try:
+        _run(
+            document_id,
+            owner,
+            seconds=settings.INGEST_SLICE_SECONDS,
+            stop=stop,
+            progress=lambda document: None,
+        )
+    except IngestInterrupted:
+        logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
+    finally:
+        _wake_another_if_work_waits()
+    return document_id
+
+
+def _wake_another_if_work_waits() -> None:
+    """Wake a worker when documents wait and no wake-up is queued for them.
+
+    Waking only at the end of a turn is not enough: a wake-up can find nothing, its claim
+    looking just before another document commits while a second worker takes the one it saw,
+    and that document would wait beside an idle worker until a slice ends. A wake-up already
+    queued will claim whatever is due, so a second one would only cost a query."""
+    try:
+        if not _queued_wakeups() and Document.objects.filter(_claimable()).exists():
+            current_app.send_task(INGEST_TASK)
+    except DatabaseError:
+        logger.warning("could not look for more work; the sweeper will", exc_info=True)
+
+
+def document_ingest(*, document_id: int, progress: Callable[[Document], None] | None = None) -> Document | None:
+    """Run the whole pipeline for one document in this process (the `ingest` command, tests).
+
+    Claims the document first; returns None when there is nothing to claim (another run holds
+    it, or it is done or deleted). Raises IngestInterrupted on a transient failure (the document
+    waits for a later turn); any other failure leaves it failed with the reason.
+    """
+    owner = worker_identity()
+    if _claim(owner, document_id) is None:
+        return None
+    return _run(document_id, owner, seconds=None, stop=_never, progress=progress or (lambda document: None))
+
+
+def document_retry(*, document: Document) -> bool:
+    """Queue a failed document again, or one whose run died (its lease expired)."""
+    now = timezone.now()
+    dead = Q(status=Document.Status.PROCESSING, lease_expires_at__lt=now) | Q(
+        status=Document.Status.PROCESSING, lease_expires_at__isnull=True
+    )
+    with transaction.atomic():
+        requeued = (
+            Document.objects.filter(pk=document.pk)
+            .filter(Q(status=Document.Status.FAILED) | dead | Q(status=Document.Status.PENDING))
+            .update(
+                status=Document.Status.PENDING,
+                error="",
+                error_detail="",
+                attempts=0,
+                next_attempt_at=now,
+                lease_owner="",
+                lease_expires_at=None,
+            )
+        )
+        if requeued:
+            wake_workers()
+            steps.announce(document.pk)
+    return bool(requeued)
+
+
+def release_dead_leases(hostname: str | None = None) -> int:
+    """Expire at once the leases of runs on this host whose process is gone (a worker restarting
+    after a crash does not wait for them to run out)."""
+    hostname = hostname or socket.gethostname()
+    dead = []
+    for document_id, owner in Document.objects.filter(lease_owner__startswith=f"{hostname}:").values_list(
+        "pk", "lease_owner"
+    ):
+        pid = owner.rsplit(":", 1)[1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            dead.append(document_id)
+    if dead:
+        Document.objects.filter(pk__in=dead).update(lease_owner="", lease_expires_at=None)
+    return len(dead)
+
+
+def _process_alive(pid: int) -> bool:
+    # A killed pool process stays a zombie until its new parent, PID 1 once the worker's main
+    # process died with it, reaps it; a signal still reaches a zombie, so only its state tells.
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def _queued_wakeups() -> int:
+    """How many turns wait in the broker's queue (Redis), or 0 when it cannot be told."""
+    url = settings.CELERY_BROKER_URL
+    if not url.startswith(("redis://", "rediss://")):
+        return 0
+    try:
+        return int(redis.Redis.from_url(url, socket_timeout=2).llen("celery"))
+    except redis.RedisError:
+        return 0
+
+
+def sweep() -> dict[str, int]:
+    """Wake workers for documents that are due (a run died, a backoff ended, a wake-up was lost)
+    and queue the graph rebuilds that are due. Runs every INGEST_SWEEP_SECONDS (Celery beat)
+    and when a worker starts."""
+    due = Document.objects.filter(_claimable()).count()
+    wakeups = max(0, min(due, MAX_QUEUED_WAKEUPS) - _queued_wakeups())
+    for _ in range(wakeups):
+        current_app.send_task(INGEST_TASK)
+    now = timezone.now()
+    rebuilds = list(GraphRebuild.objects.filter(next_attempt_at__lte=now).values_list("pk", flat=True)[:20])
+    # Pushed back while queued, so the next sweep does not queue them twice.
+    GraphRebuild.objects.filter(pk__in=rebuilds).update(
+        next_attempt_at=now + timedelta(seconds=settings.INGEST_LEASE_SECONDS * 5)
+    )
+    for rebuild_id in rebuilds:
+        current_app.send_task(REBUILD_TASK, args=[rebuild_id])
+    return {"due_documents": due, "wakeups": wakeups, "rebuilds": len(rebuilds)}

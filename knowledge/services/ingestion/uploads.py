@@ -1,0 +1,134 @@
+"""Uploads: what is checked in the request (cheap things), what is stored, and waking a worker."""
+
+import hashlib
+import os
+import re
+
+from celery import current_app
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.db import IntegrityError, transaction
+
+from knowledge.models import Document, Workspace
+from knowledge.rag import parsing
+from knowledge.services import events
+
+INGEST_TASK = "knowledge.tasks.ingest_next"
+MAX_FILENAME_CHARS = 200
+SNIFF_BYTES = 8192
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class DocumentRejected(Exception):
+    """An upload refused before anything was stored; `str(err)` is shown to the user as is."""
+
+
+def wake_workers(count: int = 1) -> None:
+    """Ask for `count` ingestion turns once the current transaction commits. A turn claims whichever
+    document is due, so a wake-up that finds nothing to do costs one query."""
+    transaction.on_commit(lambda: [current_app.send_task(INGEST_TASK) for _ in range(count)])
+
+
+def _title_for(workspace: Workspace, filename: str, text: str, title: str | None, pasted: bool) -> str:
+    """Pasted text: its title, or its first line. A file: its name with the extension, or the
+    path it had in a dropped folder (the upload passes that as `title`), so report.pdf and
+    report.docx, or two folders' index.md, stay apart; a title already in the workspace gets
+    " (2)", " (3)"."""
+    if pasted:
+        if title and title.strip():
+            return title.strip()[:300]
+        first_line = next((line.strip() for line in text.splitlines() if line.strip()), "Pasted text")
+        return first_line[:80]
+    base = ((title or "").strip() or filename)[:290]
+    candidate, number = base, 1
+    while Document.objects.filter(workspace=workspace, title=candidate).exists():
+        number += 1
+        candidate = f"{base} ({number})"
+    return candidate
+
+
+def clean_filename(filename: str) -> str:
+    """The file's own name (no folders), or DocumentRejected when nothing usable is left."""
+    name = os.path.basename(filename.replace("\\", "/")).strip()
+    if _CONTROL_CHARS.search(name):
+        raise DocumentRejected(f"{_CONTROL_CHARS.sub('?', name)!r}: a file name must not contain control characters.")
+    if not name or name in {".", ".."}:
+        raise DocumentRejected("The file has no name; name it and upload it again.")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = name.encode("utf-8", "replace").decode()
+        raise DocumentRejected(f"{shown!r}: a file name must be valid UTF-8; rename the file.") from None
+    if len(name) > MAX_FILENAME_CHARS:
+        stem, extension = os.path.splitext(name)
+        name = stem[: MAX_FILENAME_CHARS - len(extension)] + extension
+    return name
+
+
+def document_create(
+    *,
+    workspace: Workspace,
+    user=None,
+    filename: str,
+    data: bytes | None = None,
+    text: str | None = None,
+    title: str | None = None,
+    enqueue: bool = True,
+) -> Document:
+    """Store an upload (or pasted `text`) as a pending document and wake a worker for it.
+
+    Only cheap checks happen here: the name and type, emptiness, size and a byte-identical file
+    already in the workspace; the worker parses the file. Refusals raise DocumentRejected and
+    store nothing. `enqueue=False` is for callers that run `document_ingest` themselves (the
+    `ingest` command).
+    """
+    pasted = text is not None
+    if pasted:
+        content = parsing.clean_text(text)
+        if not content:
+            raise DocumentRejected(f"No text found in {filename}.")
+        file_hash, content_hash = "", hashlib.sha256(content.encode()).hexdigest()
+        duplicate = Document.objects.filter(workspace=workspace, content_hash=content_hash)
+    else:
+        filename = clean_filename(filename)
+        data = data or b""
+        try:
+            kind = parsing.kind_of(filename)
+            if not data:
+                raise DocumentRejected(f"{filename} is empty.")
+            if kind in parsing.TEXT_KINDS:
+                # A look at the first bytes catches a binary file under a text name at once.
+                parsing.decode_text(filename, data[:SNIFF_BYTES])
+        except parsing.ParseError as err:
+            raise DocumentRejected(str(err)) from err
+        if len(data) > settings.UPLOAD_MAX_MB * 2**20:
+            raise DocumentRejected(f"{filename} is larger than the {settings.UPLOAD_MAX_MB} MB upload limit.")
+        content, file_hash, content_hash = "", hashlib.sha256(data).hexdigest(), ""
+        duplicate = Document.objects.filter(workspace=workspace, file_hash=file_hash)
+    existing = duplicate.only("title").first()
+    if existing is not None:
+        raise DocumentRejected(f"{filename} has the same text as “{existing.title}”, already in this workspace.")
+    document = Document(
+        workspace=workspace,
+        title=_title_for(workspace, filename, content, title, pasted),
+        original_filename="" if pasted else filename,
+        text=content,
+        content_hash=content_hash,
+        file_hash=file_hash,
+        created_by=user if user is not None and user.is_authenticated else None,
+    )
+    try:
+        with transaction.atomic():
+            if not pasted:
+                document.source_file.save(filename, ContentFile(data), save=False)
+            document.save()
+            if enqueue:
+                wake_workers()
+    except IntegrityError as err:
+        # The same text pasted twice at once: the unique constraint decides, the loser goes.
+        raise DocumentRejected(f"{filename} has the same text as a document just added to this workspace.") from err
+    finally:
+        if document.pk is None and document.source_file:
+            document.source_file.delete(save=False)
+    events.publish_document_progress(document)
+    return document

@@ -1,0 +1,115 @@
+from django import forms
+from django.conf import settings
+
+from knowledge.models import Role, Workspace
+from knowledge.rag.parsing import ACCEPTED_TYPES
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several files in one field. Each file is judged on its own by the upload view, so one bad
+    file is reported by name instead of failing the whole form."""
+
+    widget = MultipleFileInput
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_empty_file", True)
+        super().__init__(**kwargs)
+
+    def clean(self, data, initial=None):
+        files = data if isinstance(data, list | tuple) else [data]
+        return [super(MultipleFileField, self).clean(item, initial) for item in files if item]
+
+
+class UploadForm(forms.Form):
+    files = MultipleFileField(
+        required=False,
+        widget=MultipleFileInput(attrs={"accept": ",".join(ACCEPTED_TYPES)}),
+        help_text=(
+            "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, OpenDocument (.odt), RTF, HTML, "
+            "Markdown, plain text, JSON, YAML, XML, email (.eml) and source code; several at once."
+        ),
+    )
+    title = forms.CharField(max_length=300, required=False, help_text="Title of the pasted text.")
+    text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False, label="Or paste text")
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("files") and not (cleaned.get("text") or "").strip():
+            raise forms.ValidationError("Choose at least one file or paste some text.")
+        return cleaned
+
+
+class WorkspaceCreateForm(forms.ModelForm):
+    class Meta:
+        model = Workspace
+        fields = ["name", "description"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+
+class WorkspaceSettingsForm(forms.ModelForm):
+    entity_types = forms.CharField(
+        required=False,
+        help_text="Comma-separated entity types the extractor looks for; empty means the defaults.",
+    )
+
+    class Meta:
+        model = Workspace
+        fields = ["name", "description", "chunk_token_size", "chunk_overlap_tokens", "gleaning_passes", "entity_types"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+        help_texts = {
+            "chunk_token_size": "Tokens per chunk (LightRAG's default is 1200). Applies to documents ingested later.",
+            "chunk_overlap_tokens": "Tokens shared by neighbouring chunks.",
+            "gleaning_passes": "Extra LLM calls per chunk asking for missed entities (0 to 3).",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["entity_types"] = ", ".join(self.instance.entity_types or [])
+        self.fields["chunk_token_size"].min_value = 100
+        self.fields["chunk_token_size"].widget.attrs.update(min=100, max=8000)
+        self.fields["gleaning_passes"].widget.attrs.update(min=0, max=3)
+
+    def clean_chunk_token_size(self):
+        size = self.cleaned_data["chunk_token_size"]
+        if not 100 <= size <= 8000:
+            raise forms.ValidationError("Use between 100 and 8000 tokens per chunk.")
+        return size
+
+    def clean_gleaning_passes(self):
+        passes = self.cleaned_data["gleaning_passes"]
+        if passes > 3:
+            raise forms.ValidationError("At most 3 gleaning passes.")
+        return passes
+
+    def clean_entity_types(self):
+        raw = self.cleaned_data["entity_types"]
+        types = []
+        for part in raw.split(","):
+            name = part.strip().lower()
+            if name and name not in types:
+                types.append(name)
+        return types
+
+    def clean(self):
+        cleaned = super().clean()
+        size, overlap = cleaned.get("chunk_token_size"), cleaned.get("chunk_overlap_tokens")
+        if size is not None and overlap is not None and overlap >= size // 2:
+            self.add_error("chunk_overlap_tokens", "The overlap must be less than half the chunk size.")
+        return cleaned
+
+
+class MemberAddForm(forms.Form):
+    identifier = forms.CharField(label="Username or email", max_length=254)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+def upload_limit_bytes() -> int:
+    return settings.UPLOAD_MAX_MB * 1024 * 1024

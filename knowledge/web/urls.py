@@ -1,0 +1,31 @@
+"""The pages of a workspace. config/urls.py mounts them, with the API's (knowledge/api/urls.py),
+under the `knowledge` namespace."""
+
+from django.urls import path
+
+from knowledge.web import evaluation, views
+
+urlpatterns = [
+    path("workspaces/new/", views.workspace_new, name="workspace_new"),
+    path("workspaces/<slug:slug>/", views.workspace, name="workspace"),
+    path("workspaces/<slug:slug>/documents/", views.documents, name="documents"),
+    path("workspaces/<slug:slug>/documents/upload/", views.upload, name="upload"),
+    path("workspaces/<slug:slug>/documents/delete/", views.documents_delete, name="documents_delete"),
+    path("workspaces/<slug:slug>/documents/<int:pk>/", views.document, name="document"),
+    path("workspaces/<slug:slug>/documents/<int:pk>/retry/", views.document_retry, name="document_retry"),
+    path("workspaces/<slug:slug>/documents/<int:pk>/delete/", views.document_delete, name="document_delete"),
+    path("workspaces/<slug:slug>/entities/", views.entities, name="entities"),
+    path("workspaces/<slug:slug>/entities/<int:pk>/", views.entity, name="entity"),
+    path("workspaces/<slug:slug>/graph/", views.graph, name="graph"),
+    path("workspaces/<slug:slug>/graph.json", views.graph_json, name="graph_json"),
+    path("workspaces/<slug:slug>/graph/export/<str:format>/", views.graph_export, name="graph_export"),
+    path("workspaces/<slug:slug>/members/", views.members, name="members"),
+    path("workspaces/<slug:slug>/members/add/", views.member_add, name="member_add"),
+    path("workspaces/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member_role"),
+    path("workspaces/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member_remove"),
+    path("workspaces/<slug:slug>/settings/", views.workspace_settings, name="settings"),
+    path("workspaces/<slug:slug>/delete/", views.workspace_delete, name="workspace_delete"),
+    path("workspaces/<slug:slug>/audit/", views.audit, name="audit"),
+    path("workspaces/<slug:slug>/evaluation/", evaluation.evaluation_runs, name="evaluation"),
+    path("workspaces/<slug:slug>/evaluation/<int:pk>/", evaluation.evaluation_run, name="evaluation_run"),
+]

@@ -1,0 +1,356 @@
+import re
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connection
+from markdown_it import MarkdownIt
+
+from knowledge.models import LLMCacheEntry
+from knowledge.rag.answer import answer_is_extractive, astream_answer
+from knowledge.rag.answer.citations import answer_citations
+from knowledge.rag.answer.extractive import EXTRACTIVE_LABEL, NO_CONTEXT_ANSWER, extractive_answer
+from knowledge.rag.chunking import chunk_text
+from knowledge.rag.llm import LLMError, Usage
+from knowledge.rag.parsing import parse_file
+from knowledge.rag.retrieval import ChunkRow, RetrievalResult, nlp_keywords, retrieve
+from knowledge.rag.retrieval.context import build_citations
+from tests.knowledge.documents import HTML_PAGE, MARKDOWN_GUIDE, PDF_TEXT
+from tests.knowledge.rag.test_sentences import readable
+from tests.knowledge.team_graph import ask, build_team_graph
+
+HISTORY = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n}"} for n in range(8)]
+
+
+@pytest.fixture
+def graph(workspace):
+    return build_team_graph(workspace)
+
+
+@pytest.fixture
+def no_chat_model(settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+
+
+async def collect(stream) -> list[str]:
+    return [piece async for piece in stream]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_streams_the_models_cited_answer_from_the_context(graph, workspace, openai_double):
+    openai_double.reply("Bob works with Carol [R1] and pairs with Erin [S3].")
+    result = await _ask(workspace, "mix")
+    usage = Usage()
+
+    pieces = await collect(
+        astream_answer(
+            question="Who works with whom?",
+            result=result,
+            history=HISTORY,
+            response_type="Bullet Points",
+            usage=usage,
+        )
+    )
+
+    assert "".join(pieces) == "Bob works with Carol [R1] and pairs with Erin [S3]."
+    assert len(pieces) > 1
+    (request,) = openai_double.chat_requests()
+    system, *turns, question = request.messages
+    assert result.context in system["content"]
+    assert "[E3]" in system["content"]
+    assert "does not contain the answer" in system["content"]
+    assert "Bullet Points" in system["content"]
+    assert [turn["content"] for turn in turns] == [f"turn {n}" for n in range(2, 8)]
+    assert question == {"role": "user", "content": "Who works with whom?"}
+    assert usage.completion_tokens > 0
+    assert usage.calls == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_raises_a_readable_error_when_the_model_fails(graph, workspace, openai_double, settings):
+    settings.LLM_MAX_RETRIES = 1
+    openai_double.fail(5, status=500)
+    result = await _ask(workspace, "local")
+
+    with pytest.raises(LLMError, match=r"\S"):
+        await collect(astream_answer(question="Who works with whom?", result=result))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_asks_the_model_without_context_in_bypass_mode(workspace, openai_double):
+    openai_double.reply("Hello.")
+    result = await _ask(workspace, "bypass")
+
+    assert "".join(await collect(astream_answer(question="Say hello", result=result))) == "Hello."
+    (request,) = openai_double.chat_requests()
+    assert "---Context---" not in request.messages[0]["content"]
+
+
+def test_it_answers_extractively_from_the_best_supported_sentences(graph, workspace, no_chat_model):
+    result = ask(workspace, "local")
+
+    pieces = _collect_sync(astream_answer(question="Did Bob meet Carol?", result=result))
+    answer = "".join(pieces)
+
+    assert answer_is_extractive()
+    assert answer.startswith(EXTRACTIVE_LABEL)
+    assert len(pieces) > 3
+    lines = [line for line in answer.splitlines() if line.startswith("- ")]
+    assert lines[0] == "- Alice, Bob and Carol met Dave. [S1]"
+    cited = set(re.findall(r"\[(S\d+)\]", answer))
+    assert cited <= {row.id for row in result.chunks}
+    assert {row.id: row.text for row in result.chunks}["S1"] == "Alice, Bob and Carol met Dave."
+
+
+def test_it_says_so_when_nothing_was_retrieved(workspace, no_chat_model):
+    result = ask(workspace, "mix")
+
+    answer = "".join(_collect_sync(astream_answer(question="Who works with whom?", result=result)))
+
+    assert result.context == ""
+    assert answer == NO_CONTEXT_ANSWER
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_does_not_call_the_model_when_nothing_was_retrieved(workspace, openai_double):
+    result = await _ask(workspace, "local")
+
+    answer = "".join(await collect(astream_answer(question="Who works with whom?", result=result)))
+
+    assert answer == NO_CONTEXT_ANSWER
+    assert openai_double.chat_requests() == []
+
+
+def test_it_extracts_keywords_with_one_cached_model_call(graph, workspace, openai_double):
+    openai_double.reply(
+        'Here they are:\n```json\n{"high_level_keywords": ["teamwork"], "low_level_keywords": ["Bob"]}\n```'
+    )
+    history = [{"role": "user", "content": "Tell me about Bob."}, {"role": "assistant", "content": "Bob is here."}]
+
+    first = retrieve(workspace=workspace, question="Who does he work with?", mode="local", history=history)
+    second = retrieve(workspace=workspace, question="Who does he work with?", mode="local", history=history)
+
+    assert first.keywords.high_level == ("teamwork",)
+    assert first.keywords.low_level == ("Bob",)
+    assert first.keywords.source == "llm"
+    assert second.keywords == first.keywords
+    (request,) = openai_double.chat_requests()
+    assert "Tell me about Bob." in request.last_user_message
+    assert LLMCacheEntry.objects.filter(kind="keywords").count() == 1
+    assert len(openai_double.embedding_requests()) == 2
+
+
+def test_it_falls_back_to_nlp_keywords_when_the_reply_has_no_json(graph, workspace, openai_double):
+    openai_double.reply("I am not sure what you mean.")
+
+    result = retrieve(workspace=workspace, question="What does Alice Smith do?", mode="local")
+
+    assert result.keywords.source == "nlp"
+    assert result.keywords.low_level == ("Alice Smith",)
+
+
+def test_it_skips_the_keyword_call_when_keywords_are_given(graph, workspace, openai_double):
+    result = retrieve(
+        workspace=workspace,
+        question="Who works with whom?",
+        mode="hybrid",
+        keywords={"high_level": ["teamwork"], "low_level": ["Bob"]},
+    )
+
+    assert result.keywords.source == "given"
+    assert openai_double.chat_requests() == []
+    # One batch: the keywords for the graph searches, the question to pick the graph's chunks.
+    (request,) = openai_double.embedding_requests()
+    assert request.body["input"] == ["Bob", "teamwork", "Who works with whom?"]
+
+
+async def _ask(workspace, mode):
+    def ask_and_disconnect():
+        # The executor thread's connection would otherwise outlive the test database.
+        try:
+            return ask(workspace, mode)
+        finally:
+            connection.close()
+
+    return await sync_to_async(ask_and_disconnect)()
+
+
+def _collect_sync(stream) -> list[str]:
+    return async_to_sync(collect)(stream)
+
+
+# ---------------------------------------------------------------------------------------
+# Extractive answers and cited sentences on real-looking documents
+
+DOCUMENTS = {
+    "frobnicator.md": MARKDOWN_GUIDE,
+    "Debian package management": parse_file("page.html", HTML_PAGE.encode()).text,
+    "lightrag.pdf": PDF_TEXT,
+}
+QUESTIONS = [
+    "Who developed LightRAG?",
+    "How does dpkg differ from apt?",
+    "What does the installer do?",
+    "Where is the Frobnicator configuration stored?",
+    "What is Debian?",
+    "How does LightRAG extract entities?",
+    "Which command removes a package?",
+]
+
+
+def sources_for(question: str, *, chunk_tokens: int = 200) -> RetrievalResult:
+    """Every chunk of the documents as a source row, with offsets as ingestion stores them."""
+    rows = []
+    for document_id, (title, text) in enumerate(DOCUMENTS.items(), 1):
+        for span in chunk_text(text, size=chunk_tokens, overlap=20):
+            rows.append(
+                ChunkRow(
+                    id=f"S{len(rows) + 1}",
+                    chunk_id=len(rows) + 1,
+                    document_id=document_id,
+                    document_title=title,
+                    text=span.text,
+                    token_count=span.token_count,
+                    char_start=span.char_start,
+                    char_end=span.char_end,
+                    support=0,
+                    found_by="vector",
+                )
+            )
+    result = RetrievalResult(mode="naive", question=question, keywords=nlp_keywords(question), chunks=rows)
+    result.citations = build_citations(result, [])
+    return result
+
+
+def answer_lines(answer: str) -> list[str]:
+    assert answer.startswith(EXTRACTIVE_LABEL)
+    return answer.removeprefix(EXTRACTIVE_LABEL).strip().splitlines()
+
+
+def document_text(result: RetrievalResult, row_id: str) -> str:
+    row = next(row for row in result.chunks if row.id == row_id)
+    return list(DOCUMENTS.values())[row.document_id - 1]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_extractive_answers_contain_no_markdown_structure_or_duplicates(question):
+    result = sources_for(question)
+
+    answer = extractive_answer(question, result)
+
+    blocks = {token.type for token in MarkdownIt("commonmark").enable("table").parse(answer) if token.block}
+    assert blocks <= {"paragraph_open", "paragraph_close", "inline", "bullet_list_open", "bullet_list_close"} | {
+        "list_item_open",
+        "list_item_close",
+    }
+    lines = answer_lines(answer)
+    assert 1 <= len(lines) <= 8
+    said = [re.sub(r" \[S\d+\]$", "", line.removeprefix("- ")) for line in lines]
+    assert len(set(said)) == len(said)
+    for line, text in zip(lines, said, strict=True):
+        assert re.fullmatch(r"- [A-Z0-9`].*[.!?`)] \[S\d+\]", line), line
+        assert not re.search(r"^#|\n|\|| - |^\d+\.", text), text
+        row_id = line.rsplit("[", 1)[1].rstrip("]")
+        source = " ".join(re.sub(r"-\n(?=[a-z])", "", document_text(result, row_id)).split())
+        assert text in source
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "Who maintains Frobnicator and which format does its configuration use?",
+            ["maintained by Dana Whitfield", "The file uses the INI format"],
+        ),
+        (
+            "Where is package configuration stored and what does dpkg install?",
+            ["Package configuration is stored in /etc/apt", "The dpkg command installs a local package file"],
+        ),
+    ],
+)
+def test_a_two_part_question_gets_sentences_for_both_parts(question, parts):
+    lines = answer_lines(extractive_answer(question, sources_for(question)))
+
+    for part in parts:
+        assert any(part in line for line in lines), part
+
+
+def test_it_keeps_as_many_sentences_as_are_relevant():
+    one_fact = "What does the incremental update algorithm do?"
+    broad = "What is Debian?"
+
+    assert answer_lines(extractive_answer(one_fact, sources_for(one_fact))) == [
+        "- The incremental update algorithm processes new documents with the same graph-based indexing steps as "
+        "before, and then merges the new graph with the original one. [S7]"
+    ]
+    assert len(answer_lines(extractive_answer(broad, sources_for(broad)))) >= 3
+
+
+def test_a_sentence_that_begins_with_a_pronoun_comes_with_the_sentence_it_refers_to():
+    question = "Who maintains Frobnicator?"
+
+    lines = answer_lines(extractive_answer(question, sources_for(question)))
+
+    assert lines[0] == (
+        "- Frobnicator is a command-line tool for frobnicating large files. It was written by the Acme tools team "
+        "in 2019 and is maintained by Dana Whitfield. [S1]"
+    )
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_it_cites_the_exact_span_of_each_sentence_of_an_extractive_answer(question):
+    result = sources_for(question)
+    answer = extractive_answer(question, result)
+
+    citations = answer_citations(answer, result)
+
+    cited = [citation for citation in citations if citation["sentences"]]
+    assert {citation["id"] for citation in cited} == set(re.findall(r"\[(S\d+)\]", answer))
+    rows = {row.id: row for row in result.chunks}
+    for citation in cited:
+        text = document_text(result, citation["id"])
+        assert (citation["sentence"], citation["sentence_start"], citation["sentence_end"]) == tuple(
+            citation["sentences"][0].values()
+        )
+        for sentence in citation["sentences"]:
+            assert readable(text[sentence["start"] : sentence["end"]]) == sentence["text"]
+            assert (
+                rows[citation["id"]].char_start <= sentence["start"] < sentence["end"] <= rows[citation["id"]].char_end
+            )
+            assert f"{sentence['text']} [{citation['id']}]" in answer
+    assert all(citation["sentence"] is None for citation in citations if not citation["sentences"])
+
+
+def test_it_points_a_models_citation_at_the_sentence_that_supports_it():
+    result = sources_for("Where does Frobnicator keep its settings?")
+    row = next(row for row in result.chunks if "~/.frobrc" in row.text)
+    assert row.id != "S1"
+    # A marker inside the sentence, and one after its full stop.
+    answer = f"Frobnicator reads its settings from `~/.frobrc` [{row.id}]. Dana Whitfield maintains it. [S1]"
+
+    cited = {citation["id"]: citation for citation in answer_citations(answer, result)}
+
+    assert cited[row.id]["sentence"] == "Frobnicator reads its configuration from `~/.frobrc`."
+    assert cited["S1"]["sentence"] == (
+        "It was written by the Acme tools team in 2019 and is maintained by Dana Whitfield."
+    )
+    start, end = cited["S1"]["sentence_start"], cited["S1"]["sentence_end"]
+    assert readable(MARKDOWN_GUIDE[start:end]) == cited["S1"]["sentence"]
+    assert [citation["sentence"] for row_id, citation in cited.items() if row_id not in {"S1", row.id}] == [None] * (
+        len(cited) - 2
+    )
+
+
+def test_answers_found_on_several_threads_at_once_stem_their_words_alike():
+    # Citations are found on pool threads, one per answer; a stemmer shared between them mixed
+    # up their words (an IndexError under 50 simultaneous askers).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from knowledge.rag.answer.reading import content_terms
+
+    texts = [f"The engineers were designing {n} calculating engines and publishing algorithms" for n in range(400)]
+    alone = [content_terms(text) for text in texts]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(content_terms, texts))
+
+    assert together == alone

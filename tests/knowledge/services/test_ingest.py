@@ -1,0 +1,571 @@
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import threading
+from datetime import timedelta
+
+import psutil
+import pytest
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+from django.utils import timezone
+
+from knowledge.models import (
+    Chunk,
+    ChunkExtraction,
+    Document,
+    Entity,
+    EntitySource,
+    GraphRebuild,
+    Relation,
+    Workspace,
+)
+from knowledge.rag import prompts
+from knowledge.services import ingestion
+from knowledge.tasks import ingest_next
+from tests.factories import make_workspace
+from tests.knowledge.ingest_helpers import (
+    DOC_A,
+    DOC_B,
+    MEETING,
+    answer,
+    graph_dump,
+    meetings,
+    parts,
+    small_chunks,
+)
+from tests.processes import wait_for
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(workspace, name: str, text: str) -> Document:
+    return ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+
+
+def _ingest(workspace, name: str, text: str) -> Document:
+    document = _create(workspace, name, text)
+    return ingestion.document_ingest(document_id=document.pk)
+
+
+def _extraction_requests(double):
+    """First-pass extraction requests (gleaning requests carry the whole conversation)."""
+    return [
+        request
+        for request in double.chat_requests()
+        if request.messages[0]["content"].startswith("You build") and len(request.messages) == 2
+    ]
+
+
+@pytest.fixture
+def scripted(openai_double):
+    openai_double.reply(answer)
+    return openai_double
+
+
+def test_a_two_document_corpus_gives_the_expected_graph(scripted, workspace):
+    first = _ingest(workspace, "a.txt", DOC_A)
+    second = _ingest(workspace, "b.txt", DOC_B)
+
+    dump = graph_dump(workspace)
+    assert (first.status, second.status) == ("processed", "processed")
+    assert {key: (entity["name"], entity["type"]) for key, entity in dump["entities"].items()} == {
+        "alice smith": ("Alice Smith", "person"),
+        "acme corp": ("Acme Corp", "organization"),
+        "berlin": ("Berlin", "location"),
+        "bob jones": ("Bob Jones", "person"),
+    }
+    founder = dump["relations"][("acme corp", "alice smith")]
+    assert founder["weight"] == 11.0
+    assert founder["keywords"] == "founding, advice"
+    assert founder["description"] == "Alice Smith founded Acme Corp.\nAlice Smith advises Acme Corp."
+    assert [source[0] for source in founder["sources"]] == ["a.txt", "b.txt"]
+    assert dump["relations"][("acme corp", "berlin")]["weight"] == 6.0
+    assert dump["relations"][("acme corp", "bob jones")]["weight"] == 7.0
+    assert len(dump["relations"]) == 3
+    assert all(entity["has_vector"] for entity in dump["entities"].values())
+    assert all(relation["has_vector"] for relation in dump["relations"].values())
+    assert second.entity_count == 3
+    assert second.relation_count == 2
+    assert second.llm_calls == 2  # one extraction and one gleaning call for its only chunk
+    assert second.prompt_tokens > 0
+    workspace.refresh_from_db()
+    assert (workspace.entity_count, workspace.relation_count, workspace.chunk_count) == (4, 3, 2)
+
+
+def test_an_entity_in_both_documents_is_one_node_with_both_sources(scripted, workspace):
+    _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+
+    acme = Entity.objects.get(workspace=workspace, key="acme corp")
+    assert Entity.objects.filter(workspace=workspace, name__iexact="acme corp").count() == 1
+    assert sorted(acme.sources.values_list("chunk__document__title", flat=True)) == ["a.txt", "b.txt"]
+    assert sorted(acme.sources.values_list("name", flat=True)) == ["ACME corp", "Acme Corp"]
+    assert "Acme Corp is based in Berlin." in acme.description
+    assert "Acme Corp employs Bob Jones." in acme.description
+
+
+def test_deleting_a_document_leaves_the_graph_of_the_other_alone_without_extraction_calls(
+    scripted, workspace, settings
+):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0  # merged descriptions go through (cached) summaries
+    alone = make_workspace(slug="alone")
+    a = _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+    _ingest(alone, "b.txt", DOC_B)
+    assert graph_dump(workspace) != graph_dump(alone)
+    scripted.clear()
+
+    ingestion.document_delete(document=a)
+
+    assert graph_dump(workspace) == graph_dump(alone)
+    assert scripted.chat_requests() == []
+    assert "Summary:" in Entity.objects.get(workspace=workspace, key="acme corp").description
+    workspace.refresh_from_db()
+    assert (workspace.entity_count, workspace.relation_count, workspace.chunk_count) == (3, 2, 1)
+    assert workspace.audit_events.filter(action="document.delete").count() == 1
+
+
+def test_a_failure_after_half_the_chunks_resumes_without_asking_again_for_the_extracted_ones(
+    openai_double, workspace, settings
+):
+    settings.LLM_MAX_RETRIES = 0
+    settings.LLM_MAX_CONCURRENCY = 4  # batches of 8 chunks
+    Workspace.objects.filter(pk=workspace.pk).update(chunk_token_size=14, chunk_overlap_tokens=0)
+    answered = []
+
+    def failing_after_first_batch(body):
+        if len(answered) >= 16:  # 8 extractions + 8 gleanings
+            raise RuntimeError("model crashed")
+        answered.append(body)
+        return meetings(body)
+
+    openai_double.reply(failing_after_first_batch)
+    document = _create(workspace, "parts.txt", parts(count=16))
+
+    with pytest.raises(ingestion.IngestInterrupted, match="chunk"):
+        ingestion.document_ingest(document_id=document.pk)
+
+    document.refresh_from_db()
+    assert document.status == "pending"
+    assert "will retry" in document.error
+    Document.objects.filter(pk=document.pk).update(next_attempt_at=document.created_at)  # its backoff is over
+    assert document.chunks_done == 8
+    chunk_count = document.chunk_count
+    assert chunk_count > 8
+    first_half = set(Chunk.objects.filter(document=document, order__lt=8).values_list("text", flat=True))
+    openai_double.clear()
+    openai_double.reply(meetings)
+
+    done = ingestion.document_ingest(document_id=document.pk)
+
+    asked = [request.messages[1]["content"] for request in _extraction_requests(openai_double)]
+    assert done.status == "processed"
+    assert len(asked) == chunk_count - 8
+    assert not any(text in question for text in first_half for question in asked)
+    assert done.chunks_done == chunk_count
+    assert ChunkExtraction.objects.filter(chunk__document=document).count() == chunk_count
+    meeting_chunks = [chunk for chunk in Chunk.objects.filter(document=document) if MEETING.search(chunk.text)]
+    shared = Entity.objects.get(workspace=workspace, key="shared person")
+    assert set(shared.sources.values_list("chunk", flat=True)) == {chunk.pk for chunk in meeting_chunks}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance(openai_double, settings):
+    workspace = make_workspace(slug="concurrent", chunk_token_size=14, chunk_overlap_tokens=0)
+    settings.SUMMARY_TRIGGER = 1000
+    settings.SUMMARY_MAX_TOKENS = 100000
+
+    openai_double.reply(lambda body: meetings(body, delay=0.005))  # so the two documents' batches interleave
+    documents = [
+        _create(workspace, "a.txt", parts("A", count=24)),
+        _create(workspace, "b.txt", parts("B", count=24)),
+    ]
+    errors = []
+
+    def run(document):
+        try:
+            ingestion.document_ingest(document_id=document.pk)
+        except Exception as err:  # surfaced by the assertion below
+            errors.append(err)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
+    expected = set()
+    for chunk in Chunk.objects.filter(workspace=workspace):
+        for person in MEETING.findall(chunk.text):
+            expected |= {(f"person {person.lower()}", chunk.pk), ("shared person", chunk.pk)}
+    stored = set(EntitySource.objects.values_list("entity__key", "chunk_id"))
+    assert stored == expected
+    shared = Entity.objects.get(key="shared person")
+    for person in [f"A{i:02d}" for i in range(24)] + [f"B{i:02d}" for i in range(24)]:
+        if any(key == f"person {person.lower()}" for key, _ in expected):
+            assert f"Shared Person met Person {person}." in shared.description
+    relation_weights = dict(Relation.objects.values_list("source__key", "weight"))
+    assert all(weight == 2.0 for weight in relation_weights.values())
+
+
+def test_malformed_lines_are_skipped_and_counted(openai_double, workspace):
+    openai_double.reply(
+        lambda body: (
+            "\n".join(
+                [
+                    "entity<|>Alice Smith<|>person<|>Alice founded Acme.",
+                    "this line is not a record",
+                    "entity<|>only a name",
+                    "relation<|>Alice Smith<|>Alice Smith<|>self<|>A self-loop is not a relation.<|>3",
+                    "entity<|>Acme Corp<|>organization<|>Acme is a company.",
+                    "relation<|>Alice Smith<|>Acme Corp<|>founding<|>Alice founded Acme.<|>high",
+                ]
+            )
+            if len(body["messages"]) == 2
+            else prompts.DONE_MARKER
+        )
+    )
+
+    document = _ingest(workspace, "a.txt", DOC_A)
+
+    extraction = ChunkExtraction.objects.get(chunk__document=document)
+    assert extraction.skipped_lines == 3
+    assert extraction.engine == "llm"
+    assert Entity.objects.filter(workspace=workspace).count() == 2
+    relation = Relation.objects.get(workspace=workspace)
+    assert relation.weight == 1.0  # an unreadable strength counts as 1
+
+
+def _turns_until_settled() -> int:
+    """Run turns as a worker would until nothing is due; how many turns ran."""
+    turns = 0
+    while ingest_next.apply().get() is not None:
+        turns += 1
+        Document.objects.filter(status="pending").update(next_attempt_at=timezone.now())  # no backoff waits
+    return turns
+
+
+def test_a_model_that_keeps_failing_leaves_the_document_failed_with_the_reason(openai_double, workspace, settings):
+    settings.LLM_MAX_RETRIES = 1
+    settings.INGEST_MAX_ATTEMPTS = 2
+    openai_double.fail(1000, status=503, message="the model is overloaded")
+    document = _create(workspace, "a.txt", DOC_A)
+
+    assert _turns_until_settled() == 3
+
+    document.refresh_from_db()
+    assert document.status == "failed"
+    # Every member reads what to do; owners read what the model said and where it lives.
+    assert document.error.startswith("The chat model did not answer; try again later.")
+    assert "gave up after 2 attempts" in document.error
+    assert "127.0.0.1" not in document.error
+    assert "503" in document.error_detail
+    assert "the model is overloaded" in document.error_detail
+    assert "gave up after 2 attempts" in document.error_detail
+
+
+def test_a_refused_api_key_fails_the_document_at_once(openai_double, workspace):
+    openai_double.fail(1, status=401)
+    document = _create(workspace, "a.txt", DOC_A)
+
+    assert _turns_until_settled() == 1
+
+    document.refresh_from_db()
+    assert document.error == "The chat model refused the request; an owner should check LLM settings."
+    assert "LLM_API_KEY" in document.error_detail
+    assert len(openai_double.chat_requests()) == 1
+
+
+def test_a_second_run_of_a_processed_document_does_nothing(scripted, workspace):
+    document = _ingest(workspace, "a.txt", DOC_A)
+    scripted.clear()
+
+    assert ingestion.document_ingest(document_id=document.pk) is None
+    assert ingest_next.apply().get() is None
+    assert scripted.requests == []
+
+
+def test_a_document_whose_run_died_is_taken_over_once_its_lease_expires(scripted, workspace):
+    document = _create(workspace, "a.txt", DOC_A)
+    lease = timezone.now() + timedelta(seconds=60)
+    Document.objects.filter(pk=document.pk).update(
+        status="processing", lease_owner="elsewhere:1", lease_expires_at=lease
+    )
+    assert ingestion.document_ingest(document_id=document.pk) is None  # a live run holds it
+
+    Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+
+
+def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scripted, workspace, settings):
+    # B's wake-up was spent: its claim looked just before B committed, while another worker took A.
+    # The turn on A hands the work on at once, not at the end of its slice or the next sweep.
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    _create(workspace, "a.txt", DOC_A)
+    _create(workspace, "b.txt", DOC_B)
+    broker.delete("celery")
+    queued_at_first_call = []
+
+    def reply(body):
+        if not queued_at_first_call:
+            queued_at_first_call.append(broker.llen("celery"))
+        return answer(body)
+
+    scripted.reply(reply)
+    try:
+        ingest_next.apply()
+    finally:
+        broker.delete("celery")
+
+    assert queued_at_first_call == [1]
+
+
+def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_its_host(workspace):
+    # A pool process killed with its worker is a zombie until PID 1 reaps it, which took more than
+    # a second on this machine; a worker restarted within it once left the run to its 10-minute lease.
+    zombie = subprocess.Popen(["true"])  # never waited for: a zombie of this process
+    wait_for(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE, timeout=30, what="a zombie")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = socket.gethostname()
+    lease = timezone.now() + timedelta(minutes=10)
+    owners = {
+        "live": f"{host}:{os.getpid()}",
+        "zombie": f"{host}:{zombie.pid}",
+        "gone": f"{host}:{gone.pid}",
+        "elsewhere": f"another-host:{zombie.pid}",
+    }
+    for name, owner in owners.items():
+        document = _create(workspace, f"{name}.txt", f"The run of {name}.")
+        Document.objects.filter(pk=document.pk).update(status="processing", lease_owner=owner, lease_expires_at=lease)
+
+    assert ingestion.release_dead_leases() == 2
+    zombie.wait()
+
+    held = dict(Document.objects.filter(workspace=workspace).values_list("title", "lease_owner"))
+    assert held == {"live.txt": owners["live"], "zombie.txt": "", "gone.txt": "", "elsewhere.txt": owners["elsewhere"]}
+
+
+def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):
+    _ingest(workspace, "a.txt", DOC_A)
+    scripted.clear()
+
+    other = _ingest(make_workspace(slug="other"), "a.txt", DOC_A)
+
+    assert other.status == "processed"
+    assert _extraction_requests(scripted) == []
+    assert other.llm_calls == 0
+
+
+def test_progress_is_published_to_the_workspace_group(scripted, workspace, django_capture_on_commit_callbacks):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(f"workspace-{workspace.pk}", channel)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            document = _ingest(workspace, "a.txt", DOC_A)
+        events = async_to_sync(_drain)(layer, channel)
+    finally:
+        async_to_sync(layer.group_discard)(f"workspace-{workspace.pk}", channel)
+
+    progress = [event["document"] for event in events if event["document"]["id"] == document.pk]
+    assert all(event["type"] == "document.progress" for event in events)
+    assert progress[0]["status"] == "pending"
+    assert progress[-1]["status"] == "processed"
+    assert progress[-1]["chunks_done"] == progress[-1]["chunk_count"] == 1
+    assert progress[-1]["entity_count"] == 3
+    assert progress[-1]["prompt_tokens"] > 0
+    assert any(event["status"] == "processing" for event in progress)
+
+
+def test_each_stage_takes_one_step_when_its_work_fits_in_one(scripted, workspace):
+    """The step that finishes a stage's work starts the next stage: every step is a transaction,
+    a read of the document and an event, and a small document should not pay for empty ones."""
+    document = _create(workspace, "a.txt", DOC_A)
+    stages = []
+    ingestion.document_ingest(document_id=document.pk, progress=lambda current: stages.append(current.stage))
+
+    assert stages == ["embedding", "extracting", "building", "publishing", "done"]
+    assert Document.objects.get(pk=document.pk).status == "processed"
+
+
+async def _drain(layer, channel) -> list[dict]:
+    """Everything waiting on the channel, read on one event loop (the layer's receive state belongs to it)."""
+    events = []
+    while True:
+        try:
+            async with asyncio.timeout(1):
+                events.append(await layer.receive(channel))
+        except TimeoutError:
+            return events
+
+
+def test_the_embedded_defaults_turn_prose_into_a_sensible_graph(workspace, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    prose = (
+        "Ada Lovelace worked with Charles Babbage on the Analytical Engine in London. "
+        "Babbage had designed the machine while he taught at the University of Cambridge.\n\n"
+        "Many years later, Alan Turing joined the University of Manchester, where he wrote about "
+        "computing machinery. Turing admired the notes of Ada Lovelace.\n\n"
+        "The Science Museum in London exhibits a reconstruction of the Difference Engine. "
+        "Microsoft and IBM both sponsored exhibitions about the history of computing."
+    )
+
+    document = _ingest(workspace, "history.txt", prose)
+
+    assert document.status == "processed", document.error
+    entities = {entity.key: entity for entity in Entity.objects.filter(workspace=workspace)}
+    assert entities["ada lovelace"].type == "person"
+    assert entities["charles babbage"].type == "person"
+    assert entities["university of manchester"].type == "organization"
+    assert entities["ibm"].type == "organization"
+    pair = Relation.objects.get(
+        workspace=workspace,
+        source__key__in=["ada lovelace", "charles babbage"],
+        target__key__in=["ada lovelace", "charles babbage"],
+    )
+    assert "Ada Lovelace worked with Charles Babbage" in pair.description
+    assert pair.weight == 1.0
+    assert all(entity.embedding is not None and len(entity.embedding) == 384 for entity in entities.values())
+    assert ChunkExtraction.objects.get(chunk__document=document).engine == "spacy"
+    assert document.llm_calls == 0
+
+
+def test_a_model_that_refuses_the_key_midway_leaves_nothing_behind_and_a_retry_gives_the_clean_graph(
+    openai_double, settings
+):
+    settings.LLM_MAX_CONCURRENCY = 4  # batches of 8 chunks
+    clean, broken = (small_chunks(make_workspace(slug=slug, gleaning_passes=0)) for slug in ("clean", "broken"))
+    openai_double.reply(meetings)
+    for workspace in (clean, broken):
+        _ingest(workspace, "base.txt", parts("B"))
+    answered = []
+
+    def refusing_after_eight(body):
+        answered.append(body)
+        if len(answered) == 8:
+            openai_double.fail(1000, status=401)
+        return meetings(body)
+
+    openai_double.reply(refusing_after_eight)
+    document = _create(broken, "meetings.txt", parts())
+
+    failed = ingestion.document_ingest(document_id=document.pk)
+
+    assert failed.status == "failed"
+    assert "LLM_API_KEY" in failed.error_detail
+    assert failed.llm_calls == 8  # what it spent is counted, though nothing of it stays
+    assert not Entity.objects.filter(workspace=broken, key__startswith="person a").exists()
+    assert not EntitySource.objects.filter(chunk__document=document).exists()
+    shared = Entity.objects.get(workspace=broken, key="shared person")
+    assert "Person A00" not in shared.description
+    openai_double._failures.clear()  # the key is fixed
+    openai_double.reply(meetings)
+    assert ingestion.document_retry(document=failed)
+
+    assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+
+    _ingest(clean, "meetings.txt", parts())
+    assert graph_dump(broken) == graph_dump(clean)
+
+
+def test_a_deletion_while_the_model_is_down_converges_once_it_is_back(openai_double, settings):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0  # every merged description goes through a summary
+    settings.LLM_MAX_RETRIES = 1
+    openai_double.reply(answer)
+    workspace, alone = make_workspace(slug="both"), make_workspace(slug="alone")
+    a = _ingest(workspace, "a.txt", DOC_A)
+    _ingest(workspace, "b.txt", DOC_B)
+    _ingest(alone, "b.txt", DOC_B)
+    openai_double.fail(1000, status=503, message="the model is down")
+    openai_double.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
+    openai_double.reply(lambda body: "Summary: fresh " + answer(body))  # nothing cached may be reused
+
+    ingestion.document_delete(document=a)
+
+    assert not Document.objects.filter(pk=a.pk).exists()  # the deletion itself is done
+    rebuild = GraphRebuild.objects.get(workspace=workspace)
+    assert "down" in rebuild.error
+    assert rebuild.attempts == 1
+    assert graph_dump(workspace) != graph_dump(alone)
+    openai_double._failures.clear()
+    openai_double.reply(answer)
+
+    assert ingestion.graph_rebuild_run(rebuild_id=rebuild.pk)
+
+    assert not GraphRebuild.objects.exists()
+    assert graph_dump(workspace) == graph_dump(alone)
+
+
+def test_an_entity_in_twenty_documents_is_summarized_each_time_its_new_mentions_cross_the_trigger(
+    openai_double, workspace, settings
+):
+    settings.SUMMARY_TRIGGER = 8
+    settings.SUMMARY_MIN_TOKENS = 0  # the mentions are short; the floor has a test of its own
+    summary_inputs = []
+
+    def script(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if system.startswith("You merge descriptions"):
+            facts = re.findall(r"^- (.*)$", user, flags=re.M)
+            summary_inputs.append(facts)
+            return f"Summary of {len(facts)} descriptions."
+        if len(body["messages"]) > 2:
+            return prompts.DONE_MARKER
+        (number,) = re.findall(r"Report (\d+)", user)
+        return f"entity<|>Hub<|>concept<|>Report {number} says something about the hub.\n{prompts.DONE_MARKER}"
+
+    openai_double.reply(script)
+    for number in range(1, 21):
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub.")
+
+    # New mentions cross the trigger at report 9 and report 18; 19 and 20 wait below the summary.
+    assert len(summary_inputs) == 2
+    assert summary_inputs[1][0] == "Summary of 9 descriptions."
+    every_input = [fact for facts in summary_inputs for fact in facts]
+    for number in range(1, 19):
+        assert every_input.count(f"Report {number} says something about the hub.") == 1
+    hub = Entity.objects.get(workspace=workspace, key="hub")
+    assert hub.description == (
+        "Summary of 10 descriptions.\nReport 19 says something about the hub.\nReport 20 says something about the hub."
+    )
+    assert hub.summary == "Summary of 10 descriptions."
+
+
+def test_many_short_mentions_wait_for_the_summary_floor_and_long_ones_do_not(openai_double, workspace, settings):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 2, 80
+    summaries = []
+
+    def script(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if system.startswith("You merge descriptions"):
+            summaries.append(re.findall(r"^- (.*)$", user, flags=re.M))
+            return "Summary."
+        if len(body["messages"]) > 2:
+            return prompts.DONE_MARKER
+        (number,) = re.findall(r"Report (\d+)", user)
+        padding = " and much more besides" * 15 if "long" in user else ""
+        return f"entity<|>Hub<|>concept<|>Report {number} names the hub{padding}.\n{prompts.DONE_MARKER}"
+
+    openai_double.reply(script)
+    for number in range(1, 5):  # four short mentions (~8 tokens each): past the trigger, under the floor
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub.")
+    assert summaries == []
+    assert Entity.objects.get(workspace=workspace, key="hub").description.count("\n") == 3
+
+    # One long mention carries the description past the floor: everything so far is folded once;
+    # the next two are new mentions below the trigger again.
+    for number in range(5, 8):
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub, long.")
+    assert [len(fragments) for fragments in summaries] == [5]
