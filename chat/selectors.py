@@ -5,6 +5,7 @@ from django.http import Http404
 
 from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Entity, Relation, Workspace
+from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import entity_degrees
 
 HISTORY_TURNS = 6
@@ -56,38 +57,33 @@ def entity_neighbours(*, workspace: Workspace, entity_id, limit: int = 30) -> di
     """An entity, its strongest relations and the entities at their other ends, as a subgraph
     in the shape retrieval gives (so the graph panel merges it as it is)."""
     try:
-        entity = Entity.objects.get(workspace=workspace, pk=int(entity_id))
+        entity = Entity.objects.published().get(workspace=workspace, pk=int(entity_id))
     except (Entity.DoesNotExist, TypeError, ValueError):
         raise Http404("No such entity.") from None
     relations = list(
-        Relation.objects.filter(workspace=workspace)
+        Relation.objects.published()
+        .filter(workspace=workspace)
         .filter(Q(source=entity) | Q(target=entity))
         .order_by("-weight", "pk")[:limit]
     )
     others = {relation.target_id if relation.source_id == entity.pk else relation.source_id for relation in relations}
-    entities = [entity, *Entity.objects.filter(workspace=workspace, pk__in=others).order_by("name")]
+    entities = [entity, *Entity.objects.published().filter(workspace=workspace, pk__in=others).order_by("name")]
     degrees = entity_degrees(entity_ids=[item.pk for item in entities])
     nodes = [
-        {
-            "id": str(item.pk),
-            "label": item.name,
-            "type": item.type,
-            "rank": degrees.get(item.pk, 0),
-            "row": None,
-            "description": item.description,
-        }
+        graph_node(
+            pk=item.pk, name=item.name, type=item.type, degree=degrees.get(item.pk, 0), description=item.description
+        )
         for item in entities
     ]
     edges = [
-        {
-            "id": f"r{relation.pk}",
-            "source": str(relation.source_id),
-            "target": str(relation.target_id),
-            "weight": relation.weight,
-            "keywords": relation.keywords,
-            "row": None,
-            "description": relation.description,
-        }
+        graph_edge(
+            pk=relation.pk,
+            source_id=relation.source_id,
+            target_id=relation.target_id,
+            weight=relation.weight,
+            keywords=relation.keywords,
+            description=relation.description,
+        )
         for relation in relations
     ]
     return {"nodes": nodes, "edges": edges}

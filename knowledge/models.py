@@ -202,6 +202,13 @@ class Chunk(models.Model):
         return f"{self.document_id}#{self.order}"
 
 
+class GraphQuerySet(models.QuerySet):
+    def published(self):
+        """Rows a reader may see: supported by at least one published document. Everything that
+        shows or searches the graph starts here (docs/ingestion.md, "Publishing")."""
+        return self.filter(published=True)
+
+
 class Entity(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="entities", db_index=False)
     name = models.CharField(max_length=300)
@@ -223,6 +230,8 @@ class Entity(models.Model):
     # knowledge/rag/retrieval/searches.py).
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = GraphQuerySet.as_manager()
 
     class Meta:
         verbose_name_plural = "entities"
@@ -254,6 +263,8 @@ class Relation(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = GraphQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -5,6 +5,7 @@ from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from knowledge.models import ROLE_RANK, Document, Entity, EntitySource, Relation, Role, Workspace
+from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import degree_of
 
 
@@ -59,7 +60,7 @@ def entities_browse(
     *, workspace: Workspace, query: str = "", type: str = "", order: str = "degree"
 ) -> QuerySet[Entity]:
     """The workspace's entities for the graph browser, each with `degree` and `document_count`."""
-    entities = Entity.objects.filter(workspace=workspace, published=True)
+    entities = Entity.objects.published().filter(workspace=workspace)
     if query:
         entities = entities.filter(Q(name__icontains=query) | Q(aliases__name__icontains=query)).distinct()
     if type:
@@ -86,7 +87,8 @@ def document_status_counts(*, workspace: Workspace) -> dict[str, int]:
 def entity_type_counts(*, workspace: Workspace) -> list[tuple[str, int]]:
     """The workspace's entity types with how many entities have each, most frequent first."""
     rows = (
-        Entity.objects.filter(workspace=workspace, published=True)
+        Entity.objects.published()
+        .filter(workspace=workspace)
         .exclude(type="")
         .order_by()
         .values("type")
@@ -98,7 +100,8 @@ def entity_type_counts(*, workspace: Workspace) -> list[tuple[str, int]]:
 def relations_of_entity(*, entity: Entity) -> list[Relation]:
     """The entity's relations, strongest first, each with `other` (the entity at the far end)."""
     relations = list(
-        Relation.objects.filter(Q(source=entity) | Q(target=entity), published=True)
+        Relation.objects.published()
+        .filter(Q(source=entity) | Q(target=entity))
         .select_related("source", "target")
         .defer("embedding", "source__embedding", "target__embedding")
         .order_by("-weight", "pk")
@@ -120,27 +123,28 @@ def entity_provenance(*, entity: Entity) -> QuerySet[EntitySource]:
 def graph_top(*, workspace: Workspace, limit: int) -> dict:
     """The `limit` best-connected entities and the relations among them, shaped for Cytoscape."""
     top = list(
-        Entity.objects.filter(workspace=workspace, published=True)
+        Entity.objects.published()
+        .filter(workspace=workspace)
         .annotate(degree=degree_of())
         .order_by("-degree", "name", "pk")
         .values("pk", "name", "type", "degree")[:limit]
     )
     ids = [row["pk"] for row in top]
-    edges = Relation.objects.filter(workspace=workspace, published=True, source__in=ids, target__in=ids).values(
-        "pk", "source_id", "target_id", "weight", "keywords"
+    edges = (
+        Relation.objects.published()
+        .filter(workspace=workspace, source__in=ids, target__in=ids)
+        .values("pk", "source_id", "target_id", "weight", "keywords")
     )
     return {
-        "nodes": [
-            {"id": str(row["pk"]), "label": row["name"], "type": row["type"], "degree": row["degree"]} for row in top
-        ],
+        "nodes": [graph_node(pk=row["pk"], name=row["name"], type=row["type"], degree=row["degree"]) for row in top],
         "edges": [
-            {
-                "id": f"r{row['pk']}",
-                "source": str(row["source_id"]),
-                "target": str(row["target_id"]),
-                "weight": row["weight"],
-                "keywords": row["keywords"],
-            }
+            graph_edge(
+                pk=row["pk"],
+                source_id=row["source_id"],
+                target_id=row["target_id"],
+                weight=row["weight"],
+                keywords=row["keywords"],
+            )
             for row in edges
         ],
     }

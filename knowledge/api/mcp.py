@@ -174,7 +174,7 @@ async def get_entity(workspace: str, entity_id: int, ctx: Context) -> dict[str, 
 
     def read(user):
         found = _workspace(user, workspace)
-        entity = found.entities.filter(published=True, pk=entity_id).defer("embedding").first()
+        entity = found.entities.published().filter(pk=entity_id).defer("embedding").first()
         if entity is None:
             raise ToolError(f"No entity {entity_id} in {workspace}; search_entities finds ids.")
         relations = relations_of_entity(entity=entity)

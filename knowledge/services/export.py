@@ -68,7 +68,8 @@ def _source_count(model, owner: str) -> Coalesce:
 
 def _entities(workspace: Workspace) -> Iterator[dict]:
     rows = (
-        Entity.objects.filter(workspace=workspace, published=True)
+        Entity.objects.published()
+        .filter(workspace=workspace)
         .annotate(degree=Coalesce("degree_row__degree", 0), source_count=_source_count(EntitySource, "entity"))
         .order_by("pk")
         .values("pk", "name", "key", "type", "description", "degree", "source_count")
@@ -78,7 +79,8 @@ def _entities(workspace: Workspace) -> Iterator[dict]:
 
 def _relations(workspace: Workspace) -> Iterator[dict]:
     rows = (
-        Relation.objects.filter(workspace=workspace, published=True, source__published=True, target__published=True)
+        Relation.objects.published()
+        .filter(workspace=workspace, source__published=True, target__published=True)
         .annotate(source_count=_source_count(RelationSource, "relation"))
         .order_by("pk")
         .values(

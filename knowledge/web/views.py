@@ -24,7 +24,6 @@ from knowledge.web.forms import (
     UploadForm,
     WorkspaceCreateForm,
     WorkspaceSettingsForm,
-    upload_limit_bytes,
 )
 
 logger = logging.getLogger(__name__)
@@ -131,7 +130,7 @@ def _upload_one(request, workspace, *, filename: str, **content) -> dict:
     try:
         document = ingestion.document_create(workspace=workspace, user=request.user, filename=filename, **content)
     except ingestion.DocumentRejected as err:
-        return {"name": filename, "level": "error", "message": str(err)}  # names the file already
+        return _rejected(filename, err)
     return {
         "name": filename,
         "level": "success",
@@ -153,30 +152,28 @@ def _upload_name(path: str, uploaded) -> str:
     return "/".join(parts)[:300] if parts else uploaded.name
 
 
-def _too_large(name: str, limit: int) -> dict:
-    return {"name": name, "level": "error", "message": f"{name} is larger than the {limit // 2**20} MB upload limit."}
+def _rejected(name: str, err: Exception) -> dict:
+    return {"name": name, "level": "error", "message": str(err)}  # the message names the file already
 
 
 def _upload_results(request, workspace, form) -> list[dict]:
-    limit, results = upload_limit_bytes(), []
+    results = []
     paths = request.POST.getlist("path")
     for index, uploaded in enumerate(form.cleaned_data["files"]):
         name = _upload_name(paths[index] if index < len(paths) else "", uploaded)
-        # Checked before reading, so an oversized file is never parsed or stored.
-        if uploaded.size > limit:
-            results.append(_too_large(name, limit))
-        else:
-            # A file from a folder is titled by its path there; ingestion keeps only its own name.
-            title = name if "/" in name else None
-            results.append(_upload_one(request, workspace, filename=name, data=uploaded.read(), title=title))
+        try:
+            # Checked before reading, so an oversized file is never read, parsed or stored.
+            ingestion.check_upload_size(name, uploaded.size)
+        except ingestion.DocumentRejected as err:
+            results.append(_rejected(name, err))
+            continue
+        # A file from a folder is titled by its path there; ingestion keeps only its own name.
+        title = name if "/" in name else None
+        results.append(_upload_one(request, workspace, filename=name, data=uploaded.read(), title=title))
     text = form.cleaned_data["text"]
     if text.strip():
         title = form.cleaned_data["title"].strip() or None
-        name = title or "Pasted text"
-        if len(text.encode()) > limit:
-            results.append(_too_large(name, limit))
-        else:
-            results.append(_upload_one(request, workspace, filename=name, text=text, title=title))
+        results.append(_upload_one(request, workspace, filename=title or "Pasted text", text=text, title=title))
     return results
 
 
@@ -361,7 +358,7 @@ def entities(request, slug):
 @require_GET
 def entity(request, slug, pk):
     workspace = _workspace(request, slug)
-    entity = get_object_or_404(workspace.entities.filter(published=True).defer("embedding"), pk=pk)
+    entity = get_object_or_404(workspace.entities.published().defer("embedding"), pk=pk)
     context = _context(
         workspace,
         entity=entity,

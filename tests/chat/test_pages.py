@@ -5,7 +5,8 @@ import pytest
 from django.urls import reverse
 
 from chat.models import Conversation, Message
-from knowledge.models import Role
+from knowledge.models import Document, Entity, Role
+from knowledge.services import ingestion
 from tests.chat.conftest import build_handbook
 from tests.factories import make_entity, make_user, make_workspace
 
@@ -230,7 +231,7 @@ def test_it_serves_an_entitys_neighbours_to_members_only(client, team):
     graph = response.json()
     assert {node["label"] for node in graph["nodes"]} == {"Ada Lovelace", "Charles Babbage", "Analytical Engine"}
     assert graph["nodes"][0]["id"] == str(babbage.pk)
-    assert graph["nodes"][0]["rank"] == 2
+    assert graph["nodes"][0]["degree"] == 2
     assert graph["nodes"][0]["description"].startswith("Designed")
     assert [edge["weight"] for edge in graph["edges"]] == [2.0, 1.0]
     assert {edge["source"] for edge in graph["edges"]} | {edge["target"] for edge in graph["edges"]} == {
@@ -242,6 +243,33 @@ def test_it_serves_an_entitys_neighbours_to_members_only(client, team):
     assert client.get(url, {"entity": "nope"}).status_code == 404
     client.force_login(outsider)
     assert client.get(url, {"entity": babbage.pk}).status_code == 404
+
+
+def test_the_neighbours_panel_shows_nothing_of_a_document_still_being_ingested(client, team):
+    workspace, viewer, _ = team
+    _, _, (_, babbage, _), _ = build_handbook(workspace)
+    memo = b"Charles Babbage corresponded with Mary Somerville. Mary Somerville introduced Ada to Charles Babbage."
+    document = ingestion.document_create(workspace=workspace, filename="memo.txt", data=memo, enqueue=False)
+    url = reverse("chat:neighbours", args=["acme"])
+    client.force_login(viewer)
+    mid_ingest = []
+
+    def read_the_panel(document):
+        # Built, not yet published: the memo's rows exist, and nothing of them may show.
+        if document.stage == Document.Stage.PUBLISHING:
+            mid_ingest.append(client.get(url, {"entity": babbage.pk}).json())
+
+    ingestion.document_ingest(document_id=document.pk, progress=read_the_panel)
+
+    assert len(mid_ingest) == 1
+    assert Entity.objects.filter(workspace=workspace, name="Mary Somerville").exists()
+    assert {node["label"] for node in mid_ingest[0]["nodes"]} == {
+        "Ada Lovelace",
+        "Charles Babbage",
+        "Analytical Engine",
+    }
+    published = client.get(url, {"entity": babbage.pk}).json()
+    assert "Mary Somerville" in {node["label"] for node in published["nodes"]}
 
 
 def test_it_shows_a_cited_chunk_with_document_markup_inert(client, team):

@@ -159,13 +159,11 @@ def _as_vector(vector):
 def embed_published(*, entity_ids: Iterable[int] = (), relation_ids: Iterable[int] = ()) -> None:
     """Embed published entities and relations again from their current names (after a rename or
     a merge changed them); unpublished rows get theirs when their document is published."""
-    entities = list(
-        Entity.objects.filter(pk__in=list(entity_ids), published=True).values_list("pk", "name", "description")
-    )
+    entities = list(Entity.objects.published().filter(pk__in=list(entity_ids)).values_list("pk", "name", "description"))
     relations = list(
-        Relation.objects.filter(pk__in=list(relation_ids), published=True).values_list(
-            "pk", "source__name", "target__name", "keywords", "description"
-        )
+        Relation.objects.published()
+        .filter(pk__in=list(relation_ids))
+        .values_list("pk", "source__name", "target__name", "keywords", "description")
     )
     texts = [entity_embedding_text(name, description) for _, name, description in entities]
     texts += [relation_embedding_text(*row[1:]) for row in relations]
@@ -228,14 +226,14 @@ def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
         ),
         "entities": _reembed(
             Entity,
-            Entity.objects.filter(workspace_id=workspace_id, published=True).values("pk", "name", "description"),
+            Entity.objects.published().filter(workspace_id=workspace_id).values("pk", "name", "description"),
             lambda row: entity_embedding_text(row["name"], row["description"]),
         ),
         "relations": _reembed(
             Relation,
-            Relation.objects.filter(workspace_id=workspace_id, published=True).values(
-                "pk", "source__name", "target__name", "keywords", "description"
-            ),
+            Relation.objects.published()
+            .filter(workspace_id=workspace_id)
+            .values("pk", "source__name", "target__name", "keywords", "description"),
             lambda row: relation_embedding_text(
                 row["source__name"], row["target__name"], row["keywords"], row["description"]
             ),

@@ -358,7 +358,8 @@ def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int],
     dicts with id, source_id, target_id, weight, keywords and description."""
     ids = list(entity_ids)
     return list(
-        Relation.objects.filter(workspace=workspace, published=True, source_id__in=ids, target_id__in=ids)
+        Relation.objects.published()
+        .filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
         .order_by("-weight", "pk")
         .values("id", "source_id", "target_id", "weight", "keywords", "description")[:limit]
     )
