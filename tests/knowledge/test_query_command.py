@@ -82,3 +82,18 @@ def test_it_creates_an_api_token_shown_once(owner):
 def test_it_refuses_a_token_for_an_unknown_user(db):
     with pytest.raises(CommandError, match="No user named 'ghost'"):
         run("create_api_token", "--user", "ghost", "--name", "x")
+
+
+def test_it_lists_every_row_of_a_grouped_citation(workspace, openai_double, settings):
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    build_science_graph(workspace)
+    keywords = {"high_level_keywords": ["discovery"], "low_level_keywords": ["radium", "Marie Curie"]}
+    openai_double.reply(
+        lambda body: "Marie Curie discovered radium [S1, E1]." if body.get("stream") else json.dumps(keywords)
+    )
+
+    output = run("query", "--workspace", "acme", "--mode", "local", "Who discovered radium?")
+
+    sources = output.split("\nSources:\n", 1)[1]
+    assert sources.startswith("  [S1] ")
+    assert "\n  [E1] Marie Curie: " in sources

@@ -1,5 +1,4 @@
 import json
-import re
 from contextlib import aclosing
 from dataclasses import asdict
 
@@ -8,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from knowledge.management import workspace_by_slug
 from knowledge.models import Workspace
+from knowledge.rag.answer.citations import cited_ids
 from knowledge.rag.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K, MODES
 from knowledge.services.asking import (
     TOP_K_MAX,
@@ -75,8 +75,8 @@ class Command(BaseCommand):
         if request.context_only:
             self.stdout.write(result.context or "(nothing retrieved)")
             return
-        cited = set(re.findall(r"\[([ERS]\d+)\]", done.answer))
-        sources = [citation for citation in result.citations if citation["id"] in cited]
+        by_id = {citation["id"]: citation for citation in result.citations}
+        sources = [by_id[row_id] for row_id in cited_ids(done.answer) if row_id in by_id]
         if sources:
             self.stdout.write("\nSources:")
         for citation in sources:
