@@ -9,18 +9,16 @@ connection's key). Replies stream as NDJSON unless `"stream": false`, as Ollama'
 {"error": "..."}, which the `ollama` client raises as ResponseError.
 """
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from asgiref.sync import sync_to_async
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from knowledge.api.auth import CHALLENGE, abearer_user
 from knowledge.api.protocols import (
     DEFAULT_TAG,
     UnknownModel,
@@ -31,57 +29,49 @@ from knowledge.api.protocols import (
     parse_model,
     sources_text,
 )
+from knowledge.api.responses import (
+    ANSWER_ERROR_STATUS,
+    Door,
+    ask_error_status,
+    gate,
+    json_body,
+    last_event,
+    ndjson_line,
+    start_answer,
+    streaming,
+)
 from knowledge.selectors import workspaces_for_user
 from knowledge.services.asking import (
     AskDenied,
+    AskError,
     AskInvalid,
-    AskRefused,
     DoneEvent,
     ErrorEvent,
     RetrievalEvent,
     TokenEvent,
-    ask_stream,
     check_flag,
-    workspace_for_asking,
 )
 
 # The Ollama release whose API this one follows (LightRAG's emulation answers the same).
 OLLAMA_VERSION = "0.9.3"
-_ERROR_STATUS = {"model": 502, "internal": 500}
-
-
-def _error(status: int, message: str) -> JsonResponse:
-    response = JsonResponse({"error": message}, status=status)
-    if status == 401:
-        response["WWW-Authenticate"] = CHALLENGE
-    return response
+DOOR = Door(body=lambda status, message, code: {"error": message})
 
 
 def _no_such_model(name: object) -> JsonResponse:
-    return _error(404, f"model {name!r} not found, or you do not have access to it")
-
-
-async def _user(request):
-    bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
-    if bearer.user is not None:
-        return bearer.user, None
-    response = _error(bearer.status, bearer.error)
-    if bearer.retry_after is not None:
-        response["Retry-After"] = str(bearer.retry_after)
-    return None, response
+    return DOOR.error(404, f"model {name!r} not found, or you do not have access to it")
 
 
 @csrf_exempt
 @require_GET
 async def version(request):
-    _, denied = await _user(request)
+    _, denied = await DOOR.token_user(request)
     return denied or JsonResponse({"version": OLLAMA_VERSION})
 
 
 @csrf_exempt
 @require_GET
 async def tags(request):
-    user, denied = await _user(request)
+    user, denied = await DOOR.token_user(request)
     if denied is not None:
         return denied
     workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
@@ -186,25 +176,22 @@ class _Reply:
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, TokenEvent):
-                    yield _ndjson(self._line(event.text))
+                    yield ndjson_line(self._line(event.text))
                 elif isinstance(event, ErrorEvent):
-                    yield _ndjson({"error": event.message})
+                    yield ndjson_line({"error": event.message})
                 elif isinstance(event, DoneEvent):
                     sources = self._sources(event)
                     tail = (retrieval.result.context if event.answer is None else "") + sources_text(sources)
-                    yield _ndjson(self._final(tail, event, sources))
+                    yield ndjson_line(self._final(tail, event, sources))
 
 
 async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], piece: Callable[[str], dict]):
-    user, denied = await _user(request)
+    user, denied = await DOOR.token_user(request)
     if denied is not None:
         return denied
-    try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        return _error(400, 'The body must be a JSON object: {"model": "<workspace>:latest", ...}.')
+    body = json_body(request)
+    if body is None:
+        return DOOR.error(400, 'The body must be a JSON object: {"model": "<workspace>:latest", ...}.')
     try:
         model = parse_model(body.get("model"))
     except UnknownModel:
@@ -220,32 +207,20 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
         ask = chat_request(model=model, question=question, history=history, options=ours)
         # Ollama streams unless told not to.
         stream = check_flag("stream", body.get("stream"), default=True)
-        workspace = await sync_to_async(workspace_for_asking)(user=user, slug=model.slug, mode=ask.mode)
-    except AskInvalid as invalid:
-        return _error(400, str(invalid))
+        workspace = await gate(user=user, slug=model.slug, request=ask)
     except AskDenied:
         return _no_such_model(body["model"])
-    except AskRefused as refusal:
-        return _error(409, str(refusal))
-    events = ask_stream(workspace=workspace, request=ask)
-    retrieval = await anext(events)
-    if isinstance(retrieval, ErrorEvent):
-        await events.aclose()
-        return _error(_ERROR_STATUS[retrieval.reason], retrieval.message)
+    except AskError as refusal:
+        return DOOR.error(ask_error_status(refusal), str(refusal))
+    started = await start_answer(workspace=workspace, request=ask)
+    if isinstance(started, ErrorEvent):
+        return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
     reply = _Reply(
         model=body["model"], base_url=request.build_absolute_uri("/"), workspace_slug=workspace.slug, piece=piece
     )
     if stream:
-        response = StreamingHttpResponse(reply.lines(retrieval, events), content_type="application/x-ndjson")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    async with aclosing(events):
-        async for last in events:
-            if isinstance(last, ErrorEvent):
-                return _error(_ERROR_STATUS[last.reason], last.message)
-    return JsonResponse(reply.whole(retrieval, last))
-
-
-def _ndjson(data: dict) -> bytes:
-    return (json.dumps(data, ensure_ascii=False) + "\n").encode()
+        return streaming(reply.lines(started.retrieval, started.events), content_type="application/x-ndjson")
+    last = await last_event(started.events)
+    if isinstance(last, ErrorEvent):
+        return DOOR.error(ANSWER_ERROR_STATUS[last.reason], last.message)
+    return JsonResponse(reply.whole(started.retrieval, last))

@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from asgiref.sync import sync_to_async
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from knowledge.api.auth import CHALLENGE, abearer_user
 from knowledge.api.protocols import (
     UnknownModel,
     chat_request,
@@ -28,18 +27,26 @@ from knowledge.api.protocols import (
     parse_model,
     sources_text,
 )
+from knowledge.api.responses import (
+    ANSWER_ERROR_STATUS,
+    Door,
+    ask_error_status,
+    gate,
+    json_body,
+    last_event,
+    start_answer,
+    streaming,
+)
 from knowledge.selectors import workspaces_for_user
 from knowledge.services.asking import (
     AskDenied,
+    AskError,
     AskInvalid,
-    AskRefused,
     DoneEvent,
     ErrorEvent,
     RetrievalEvent,
     TokenEvent,
-    ask_stream,
     check_flag,
-    workspace_for_asking,
 )
 
 _ERROR_TYPE = {
@@ -52,42 +59,30 @@ _ERROR_TYPE = {
     500: "server_error",
     502: "server_error",
 }
-_ERROR_STATUS = {"model": 502, "internal": 500}
-
-
-def _error(status: int, message: str, *, code: str | None = None, param: str | None = None) -> JsonResponse:
-    body = {"error": {"message": message, "type": _ERROR_TYPE[status], "param": param, "code": code}}
-    response = JsonResponse(body, status=status)
-    if status == 401:
-        response["WWW-Authenticate"] = CHALLENGE
-    return response
+DOOR = Door(
+    body=lambda status, message, code: {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPE[status],
+            "param": "model" if code == "model_not_found" else None,
+            "code": code,
+        }
+    }
+)
+# OpenAI's codes for the refusals of a key.
+_TOKEN_CODES = {401: "invalid_api_key", 403: "insufficient_scope", 429: "rate_limit_exceeded"}
 
 
 def _no_such_model(name: object) -> JsonResponse:
-    return _error(
-        404,
-        f"The model {name!r} does not exist or you do not have access to it.",
-        code="model_not_found",
-        param="model",
+    return DOOR.error(
+        404, f"The model {name!r} does not exist or you do not have access to it.", code="model_not_found"
     )
-
-
-async def _user(request):
-    """(user, None) or (None, a 401, 403 or 429)."""
-    bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
-    if bearer.user is not None:
-        return bearer.user, None
-    codes = {401: "invalid_api_key", 403: "insufficient_scope", 429: "rate_limit_exceeded"}
-    response = _error(bearer.status, bearer.error, code=codes.get(bearer.status))
-    if bearer.retry_after is not None:
-        response["Retry-After"] = str(bearer.retry_after)
-    return None, response
 
 
 @csrf_exempt
 @require_GET
 async def models(request):
-    user, denied = await _user(request)
+    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
     workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
@@ -102,15 +97,12 @@ async def models(request):
 @csrf_exempt
 @require_POST
 async def chat_completions(request):
-    user, denied = await _user(request)
+    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
-    try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        return _error(400, 'The body must be a JSON object: {"model": "<workspace>", "messages": [...]}.')
+    body = json_body(request)
+    if body is None:
+        return DOOR.error(400, 'The body must be a JSON object: {"model": "<workspace>", "messages": [...]}.')
     try:
         model = parse_model(body.get("model"))
     except UnknownModel:
@@ -123,34 +115,25 @@ async def chat_completions(request):
         if not isinstance(stream_options, dict):
             raise AskInvalid("'stream_options' must be an object.")
         include_usage = check_flag("stream_options.include_usage", stream_options.get("include_usage"))
-        workspace = await sync_to_async(workspace_for_asking)(user=user, slug=model.slug, mode=ask.mode)
-    except AskInvalid as invalid:
-        return _error(400, str(invalid))
+        workspace = await gate(user=user, slug=model.slug, request=ask)
     except AskDenied:
         return _no_such_model(body["model"])
-    except AskRefused as refusal:
-        return _error(409, str(refusal), code="workspace_not_ready")
-    events = ask_stream(workspace=workspace, request=ask)
-    retrieval = await anext(events)
-    if isinstance(retrieval, ErrorEvent):
-        await events.aclose()
-        return _error(_ERROR_STATUS[retrieval.reason], retrieval.message)
+    except AskError as refusal:
+        status = ask_error_status(refusal)
+        return DOOR.error(status, str(refusal), code="workspace_not_ready" if status == 409 else None)
+    started = await start_answer(workspace=workspace, request=ask)
+    if isinstance(started, ErrorEvent):
+        return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
     completion = _Completion(
         model=body["model"], base_url=request.build_absolute_uri("/"), workspace_slug=workspace.slug
     )
     if stream:
-        response = StreamingHttpResponse(
-            completion.server_sent_events(retrieval, events, include_usage=include_usage),
-            content_type="text/event-stream",
-        )
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    async with aclosing(events):
-        async for last in events:
-            if isinstance(last, ErrorEvent):
-                return _error(_ERROR_STATUS[last.reason], last.message)
-    return JsonResponse(completion.whole(retrieval, last))
+        events = completion.server_sent_events(started.retrieval, started.events, include_usage=include_usage)
+        return streaming(events, content_type="text/event-stream")
+    last = await last_event(started.events)
+    if isinstance(last, ErrorEvent):
+        return DOOR.error(ANSWER_ERROR_STATUS[last.reason], last.message)
+    return JsonResponse(completion.whole(started.retrieval, last))
 
 
 class _Completion:

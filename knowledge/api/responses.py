@@ -1,0 +1,121 @@
+"""What every HTTP door of the API shares, written once: the JSON body, a refusal in the door's
+own error shape (with WWW-Authenticate and Retry-After where they belong), the token check, and
+the start of an answer, sent whole or streamed.
+
+A door (the HTTP API, the OpenAI- and Ollama-compatible APIs) is a `Door`: the shape of its
+error bodies. Everything else about asking is the ask service's (knowledge/services/asking.py).
+"""
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse, StreamingHttpResponse
+
+from knowledge.api.auth import CHALLENGE, Bearer, abearer_user
+from knowledge.models import Workspace
+from knowledge.services.asking import (
+    AskDenied,
+    AskError,
+    AskEvent,
+    AskInvalid,
+    AskRefused,
+    AskRequest,
+    DoneEvent,
+    ErrorEvent,
+    RetrievalEvent,
+    ask_stream,
+    workspace_for_asking,
+)
+
+# An ask that cannot start, by kind, and an answer that failed, by ErrorEvent.reason.
+ASK_ERROR_STATUS = {AskInvalid: 400, AskDenied: 404, AskRefused: 409}
+ANSWER_ERROR_STATUS = {"model": 502, "internal": 500}
+
+
+@dataclass(frozen=True)
+class Door:
+    """One protocol's error body: `body(status, message, code)`; `code` is a machine-readable
+    reason where the protocol has one (OpenAI's `code`), else ignored."""
+
+    body: Callable[[int, str, str | None], dict]
+
+    def error(self, status: int, message: str, *, code: str | None = None, retry_after: int | None = None):
+        response = JsonResponse(self.body(status, message, code), status=status)
+        if status == 401:
+            response["WWW-Authenticate"] = CHALLENGE
+        if retry_after is not None:
+            response["Retry-After"] = str(retry_after)
+        return response
+
+    def refused(self, bearer: Bearer, *, codes: dict[int, str] | None = None) -> JsonResponse:
+        return self.error(
+            bearer.status, bearer.error, code=(codes or {}).get(bearer.status), retry_after=bearer.retry_after
+        )
+
+    async def token_user(self, request, *, codes: dict[int, str] | None = None):
+        """(user, None) for a live token within its limits, or (None, the refusal to send)."""
+        bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
+        return (bearer.user, None) if bearer.user is not None else (None, self.refused(bearer, codes=codes))
+
+
+def json_body(request) -> dict | None:
+    """The request's JSON object, or None when the body is not one."""
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def ask_error_status(error: AskError) -> int:
+    return next(status for kind, status in ASK_ERROR_STATUS.items() if isinstance(error, kind))
+
+
+async def gate(*, user, slug: str, request: AskRequest) -> Workspace:
+    """workspace_for_asking from an async door; raises AskDenied or AskRefused."""
+    return await sync_to_async(workspace_for_asking)(user=user, slug=slug, mode=request.mode)
+
+
+@dataclass
+class Started:
+    """An answer under way: what was retrieved, and the rest of the stream."""
+
+    workspace: Workspace
+    retrieval: RetrievalEvent
+    events: AsyncIterator[AskEvent]
+
+
+async def start_answer(*, workspace: Workspace, request: AskRequest) -> Started | ErrorEvent:
+    """Retrieve: the answer under way, or why it failed before anything was answered (a door
+    then sends a plain error response, never a stream that fails at once)."""
+    events = ask_stream(workspace=workspace, request=request)
+    first = await anext(events)
+    if isinstance(first, ErrorEvent):
+        await events.aclose()
+        return first
+    return Started(workspace=workspace, retrieval=first, events=events)
+
+
+async def last_event(events: AsyncIterator[AskEvent]) -> DoneEvent | ErrorEvent:
+    """The rest of a stream drained: its DoneEvent, or the ErrorEvent that ended it."""
+    async with aclosing(events):
+        async for last in events:
+            if isinstance(last, ErrorEvent):
+                return last
+    # Short of an error, a stream ends with its DoneEvent.
+    return last
+
+
+def streaming(chunks: AsyncIterator[bytes], *, content_type: str) -> StreamingHttpResponse:
+    """A stream that proxies pass through as it is written (no buffering, no caching)."""
+    response = StreamingHttpResponse(chunks, content_type=content_type)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def ndjson_line(data: dict) -> bytes:
+    return (json.dumps(data, ensure_ascii=False) + "\n").encode()
