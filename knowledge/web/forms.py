@@ -1,5 +1,4 @@
 from django import forms
-from django.conf import settings
 
 from knowledge.models import Role, Workspace
 from knowledge.rag.parsing import ACCEPTED_TYPES
@@ -109,7 +108,3 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
-
-
-def upload_limit_bytes() -> int:
-    return settings.UPLOAD_MAX_MB * 1024 * 1024

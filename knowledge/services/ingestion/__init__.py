@@ -38,11 +38,18 @@ from knowledge.services.ingestion.runs import (
     worker_identity,
 )
 from knowledge.services.ingestion.steps import chunk_embedding_text
-from knowledge.services.ingestion.uploads import DocumentRejected, document_create, wake_workers
+from knowledge.services.ingestion.uploads import (
+    DocumentRejected,
+    check_upload_size,
+    document_create,
+    upload_limit_bytes,
+    wake_workers,
+)
 
 __all__ = [
     "DocumentRejected",
     "IngestInterrupted",
+    "check_upload_size",
     "chunk_embedding_text",
     "document_create",
     "document_delete",
@@ -54,6 +61,7 @@ __all__ = [
     "ingest_next",
     "release_dead_leases",
     "sweep",
+    "upload_limit_bytes",
     "wake_workers",
     "worker_identity",
 ]

@@ -65,6 +65,17 @@ def clean_filename(filename: str) -> str:
     return name
 
 
+def upload_limit_bytes() -> int:
+    return settings.UPLOAD_MAX_MB * 2**20
+
+
+def check_upload_size(name: str, size: int) -> None:
+    """The upload limit (UPLOAD_MAX_MB), for files and pasted text alike. Doors call it with the
+    size they were told before reading anything; document_create calls it again."""
+    if size > upload_limit_bytes():
+        raise DocumentRejected(f"{name} is larger than the {settings.UPLOAD_MAX_MB} MB upload limit.")
+
+
 def document_create(
     *,
     workspace: Workspace,
@@ -83,6 +94,7 @@ def document_create(
     `ingest` command).
     """
     pasted = text is not None
+    check_upload_size(filename, len(text.encode()) if pasted else len(data or b""))
     if pasted:
         content = parsing.clean_text(text)
         if not content:
@@ -101,8 +113,6 @@ def document_create(
                 parsing.decode_text(filename, data[:SNIFF_BYTES])
         except parsing.ParseError as err:
             raise DocumentRejected(str(err)) from err
-        if len(data) > settings.UPLOAD_MAX_MB * 2**20:
-            raise DocumentRejected(f"{filename} is larger than the {settings.UPLOAD_MAX_MB} MB upload limit.")
         content, file_hash, content_hash = "", hashlib.sha256(data).hexdigest(), ""
         duplicate = Document.objects.filter(workspace=workspace, file_hash=file_hash)
     existing = duplicate.only("title").first()
