@@ -601,7 +601,7 @@
 
   function nodeElement(node, citedNodes) {
     const type = EntityPalette.normalize(node.type) || "untyped";
-    const rank = Number(node.rank) || 0;
+    const degree = Number(node.degree) || 0;
     return {
       group: "nodes",
       classes: citedNodes.has(String(node.id)) ? "cited" : "",
@@ -613,7 +613,7 @@
         type,
         description: node.description || "",
         colour: EntityPalette.colourOf(type),
-        size: Math.round(16 + 4 * Math.sqrt(Math.min(rank, 36))),
+        size: Math.round(16 + 4 * Math.sqrt(Math.min(degree, 36))),
       },
     };
   }

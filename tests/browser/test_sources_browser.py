@@ -54,7 +54,7 @@ def saved_answer(transactional_db):
     sentence = "Ada Lovelace wrote the first published algorithm for it in 1843."
     start = TEXT.index(sentence)
     nodes = [
-        {"id": str(n), "label": f"Entity number {n}", "type": TYPES[n % len(TYPES)], "rank": 40 - n % 40, "row": None}
+        {"id": str(n), "label": f"Entity number {n}", "type": TYPES[n % len(TYPES)], "degree": 40 - n % 40, "row": None}
         for n in range(1, NODES + 1)
     ]
     for n in range(1, 61):

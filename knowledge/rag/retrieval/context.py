@@ -5,6 +5,7 @@ import io
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.prompts import ANSWER_SYSTEM
 from knowledge.rag.retrieval.results import RetrievalResult
 from knowledge.rag.tokens import count_tokens
@@ -101,7 +102,15 @@ def build_subgraph(
     """The subgraph to draw, descriptions included: the nodes; the retrieved relations among
     them, then the other relations among them (`among`, from relations_among_entities)."""
     edges = [
-        _edge(row.relation_id, row.source_id, row.target_id, row.weight, row.keywords, row.description, row.id)
+        graph_edge(
+            pk=row.relation_id,
+            source_id=row.source_id,
+            target_id=row.target_id,
+            weight=row.weight,
+            keywords=row.keywords,
+            row=row.id,
+            description=row.description,
+        )
         for row in result.relations
         if row.source_id in nodes and row.target_id in nodes
     ][:SUBGRAPH_MAX_EDGES]
@@ -109,35 +118,28 @@ def build_subgraph(
     for r in among:
         if f"r{r['id']}" not in drawn and len(edges) < SUBGRAPH_MAX_EDGES:
             edges.append(
-                _edge(r["id"], r["source_id"], r["target_id"], r["weight"], r["keywords"], r["description"], None)
+                graph_edge(
+                    pk=r["id"],
+                    source_id=r["source_id"],
+                    target_id=r["target_id"],
+                    weight=r["weight"],
+                    keywords=r["keywords"],
+                    description=r["description"],
+                )
             )
     return {
         "nodes": [
-            {
-                "id": str(pk),
-                "label": known[pk].name,
-                "type": known[pk].type,
-                "rank": known[pk].degree,
-                "row": row,
-                "description": known[pk].description,
-            }
+            graph_node(
+                pk=pk,
+                name=known[pk].name,
+                type=known[pk].type,
+                degree=known[pk].degree,
+                row=row,
+                description=known[pk].description,
+            )
             for pk, row in nodes.items()
         ],
         "edges": edges,
-    }
-
-
-def _edge(
-    pk: int, source_id: int, target_id: int, weight: float, keywords: str, description: str, row: str | None
-) -> dict:
-    return {
-        "id": f"r{pk}",
-        "source": str(source_id),
-        "target": str(target_id),
-        "weight": weight,
-        "keywords": keywords,
-        "row": row,
-        "description": description,
     }
 
 

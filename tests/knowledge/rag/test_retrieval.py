@@ -164,7 +164,7 @@ def test_it_draws_the_retrieved_subgraph(graph, workspace):
     nodes = {node["label"]: node for node in result.subgraph["nodes"]}
     assert list(nodes)[:3] == ["Bob", "Carol", "Alice"]
     assert set(nodes) == {"Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Gina"}
-    assert nodes["Bob"]["rank"] == 3
+    assert nodes["Bob"]["degree"] == 3
     assert nodes["Bob"]["row"] == "E1"
     assert nodes["Dave"]["row"] is None
     edge_ids = {edge["id"] for edge in result.subgraph["edges"]}
