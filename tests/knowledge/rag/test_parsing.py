@@ -446,12 +446,12 @@ def test_an_upload_keeps_its_source_file_and_is_queued_after_commit(
     assert queued == ["knowledge.tasks.ingest_next"]
 
 
-def test_the_upload_form_the_ingest_command_and_the_readme_list_the_same_types():
+def test_the_upload_form_the_ingest_command_and_the_ingestion_doc_list_the_same_types():
     from pathlib import Path
 
     from knowledge.web.forms import UploadForm
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    ingestion_doc = (Path(__file__).resolve().parents[3] / "docs" / "ingestion.md").read_text()
     for extension in parsing.ACCEPTED_TYPES:
-        assert f"`{extension}`" in readme, extension
+        assert f"`{extension}`" in ingestion_doc, extension
     assert UploadForm().fields["files"].widget.attrs["accept"] == ",".join(parsing.ACCEPTED_TYPES)
