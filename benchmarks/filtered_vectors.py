@@ -13,7 +13,7 @@ share (as teams share subjects), so the nearest rows of the whole table mostly b
 workspaces: the hard case for a filtered index scan. Questions sit near one of their workspace's
 topics. Recall is against the exact float32 answer (numpy), for k = retrieval's top_k.
 
-The strategies, each as the app's selectors write it (knowledge/selectors.py):
+The strategies, each as the app's selectors write it (knowledge/rag/retrieval/searches.py):
 - exact: `ORDER BY (embedding <=> q) + 0`, which the HNSW index cannot serve, so Postgres reads
   the workspace's rows through the workspace index and sorts them (the app's path for
   workspaces of at most VECTOR_EXACT_SCAN_MAX rows);

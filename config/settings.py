@@ -1,6 +1,6 @@
 """Settings, read from the environment (and a `.env` file when present).
 
-Every variable is documented in README.md. Helpers in config.env fail loudly with the
+Every variable is documented in docs/settings.md. Helpers in config.env fail loudly with the
 variable's name, so a typo stops the process at start-up instead of misbehaving later.
 """
 
@@ -37,7 +37,7 @@ DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
-# Transport security (README, "Security"). Production (DEBUG off) is served over HTTPS behind a
+# Transport security (docs/operations.md, "Security"). Production (DEBUG off) is served over HTTPS behind a
 # TLS proxy unless HTTPS=false says otherwise (`make run` and the tests serve plain HTTP).
 HTTPS = env_bool("HTTPS", not DEBUG)
 SECURE_SSL_REDIRECT = HTTPS
@@ -102,7 +102,7 @@ SUMMARY_MIN_TOKENS = env_int("SUMMARY_MIN_TOKENS", 400, minimum=0)
 VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
 # pgvector >= 0.8: a filtered HNSW scan goes on past ef_search until it has its k rows of the
-# workspace (or has visited HNSW_MAX_SCAN_TUPLES); see README "The embedded Postgres".
+# workspace (or has visited HNSW_MAX_SCAN_TUPLES); see docs/operations.md, "The embedded Postgres".
 HNSW_ITERATIVE_SCAN = env_choice("HNSW_ITERATIVE_SCAN", "relaxed_order", ("off", "relaxed_order", "strict_order"))
 HNSW_MAX_SCAN_TUPLES = env_int("HNSW_MAX_SCAN_TUPLES", 20000, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)

