@@ -8,7 +8,8 @@ from tests.knowledge.documents import HTML_PAGE, MARKDOWN_GUIDE, PDF_TEXT
 
 
 def readable(source: str) -> str:
-    """The normalisation (docs/asking.md, "Sentences") of a span: a word hyphenated across a line joined, whitespace collapsed."""
+    """A span normalised as docs/asking.md ("Sentences") says: a word hyphenated across a line
+    joined, whitespace collapsed."""
     return " ".join(re.sub(r"(\S*[^\W\d_])-\n(?=[a-z])", lambda m: m[1] + ("-" if "-" in m[1] else ""), source).split())
 
 
