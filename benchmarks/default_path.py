@@ -307,7 +307,10 @@ def worker_texts(files: list[Path], workspace) -> tuple[list[str], list[str]]:
 
 
 def measure_floor(chunk_texts: list[str], document_texts: list[str]) -> dict:
-    from knowledge.rag.language import SPACY_MODEL
+    from knowledge.rag.language import ENGLISH
+
+    # The corpus is Debian's English documentation, read by the English pipeline.
+    SPACY_MODEL = ENGLISH.spacy_model  # noqa: N806
 
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()

@@ -105,6 +105,14 @@ class Document(models.Model):
     content_hash = models.CharField(max_length=64)
     # Where the text's sections, pages, slides and sheets are (parsing.ParsedDocument.to_json()).
     structure = models.JSONField(default=dict, blank=True)
+    # Detected when the text is read (knowledge.rag.language.detect); each chunk is still read by
+    # the pipeline of its own language, so a document that mixes two is read right in both.
+    language = models.CharField(
+        max_length=8,
+        blank=True,
+        default="",
+        help_text="ISO 639-1 code of the text's language, as detected when it was read.",
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
     # What every member reads; never an endpoint, key or stack trace.
     error = models.TextField(blank=True)
@@ -190,7 +198,8 @@ class Chunk(models.Model):
     anchor = models.CharField(max_length=40, blank=True, default="")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # The table also has `search`, a tsvector generated from section and text with a GIN index
-    # (migration 0007), the lexical index beside the vector one. It is not a model field, so no
+    # (migrations 0007 and 0141: CJK runs indexed as pairs of characters), the lexical index
+    # beside the vector one. It is not a model field, so no
     # ORM query reads it; only the hybrid search (knowledge/rag/retrieval/searches.py, chunks_nearest) does.
 
     class Meta:

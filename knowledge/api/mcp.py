@@ -237,6 +237,7 @@ async def list_documents(
                 "entities": document.entity_count,
                 "relations": document.relation_count,
                 "tokens": document.token_count,
+                "language": document.language,
                 "created_at": document.created_at.isoformat(),
             }
             for document in rows

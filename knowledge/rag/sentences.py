@@ -4,16 +4,19 @@ Extractive answers are made of these sentences and citations point at them, so a
 read well on its own and its span must be exact. Structure comes from markdown-it-py: only
 paragraphs (also inside list items and quotes) hold prose; headings, code, tables and HTML
 blocks do not, and list and quote markers are not part of a sentence. Inside a paragraph,
-spaCy's rule-based sentencizer (on spaCy's English tokenizer, which keeps "e.g.", "Dr." or
-"3.5" whole) finds the boundaries. Text converted from HTML or PDF is parsed the same way; a
-few line rules catch what Markdown does not mark there: short lines without punctuation inside
+spaCy's rule-based sentencizer on the tokenizer of the text's language (knowledge/rag/language.py;
+English keeps "e.g.", "Dr." or "3.5" whole) finds the boundaries; a language written without
+spaces (Japanese) ends a sentence at the same marks ("。", "？", "！") with the closing brackets
+after them, never inside a 「quotation」. Text converted from HTML or PDF is parsed the same way;
+a few line rules catch what Markdown does not mark there: short lines without punctuation inside
 a paragraph (a PDF's headings and captions), lines without letters (page numbers), bullet
 glyphs and numbered lines.
 
-A sentence's `text` is `source[start:end]` made readable: whitespace runs become one space, a
-word hyphenated across a line break is joined ("retrie-\\nval" becomes "retrieval", unless the
-word already has a hyphen) and the markers at the starts of lines inside it (a quote's ">",
-a list item's indentation, a listing's line numbers) are left out.
+A sentence's `text` is `source[start:end]` made readable: whitespace runs become one space (none
+between two characters of a script written without spaces), a word hyphenated across a line
+break is joined ("retrie-\\nval" becomes "retrieval", unless the word already has a hyphen) and
+the markers at the starts of lines inside it (a quote's ">", a list item's indentation, a
+listing's line numbers) are left out.
 """
 
 import bisect
@@ -25,6 +28,7 @@ from functools import cache
 from markdown_it import MarkdownIt
 
 from knowledge.rag import language
+from knowledge.rag.language import Language
 
 # Abbreviations of papers and manuals that spaCy's English tokenizer would end a sentence on.
 _ABBREVIATIONS = ("al.", "Fig.", "Figs.", "Eq.", "Eqs.", "Sec.", "Secs.", "Ch.", "Tab.", "cf.", "Cf.", "approx.")
@@ -34,8 +38,14 @@ _FENCE_LINE = re.compile(r"^ {0,3}(```|~~~)")
 _NUMBERED_LINE = re.compile(r"^(\d{1,5})\s+(?=\S)")
 _ITEM_MARKER = re.compile(r"^(?:[•◦▪‣●○■□➢✓-]|\(?\d{1,3}[.)])\s+(?=\S)")
 _CLAUSE_END = tuple(".!?:;,")
-_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]*_]*$")
-_SENTENCE_START = re.compile(r"^[\"'“‘(\[*_`]*[A-Z0-9]")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’»)\]*_]*$")
+_SENTENCE_START = re.compile(r"^[\"'“‘«(\[*_`]*\s*([^\W_])")
+# Languages written without spaces: sentence ends, brackets closing after them, quotations.
+_UNSPACED_END = re.compile(r"[。．！？｡.!?][」』）)】〕〉》”’\"']*$")
+_UNSPACED_START = re.compile(r"^[「『（(【〔〈《“‘\"']*[^\W_]")
+_CLOSING = "」』）)】〕〉》”’"
+_QUOTATION = {"「": "」", "『": "』"}
+_UNSPACED_MIN_CHARACTERS = 8
 _WORD = re.compile(r"[^\W\d_][\w-]*")
 _CAPTION = re.compile(r"^(?:Table|Figure|Fig\.|Listing|Algorithm)\s+\d+[.:]")
 _HYPHENATED_BREAK = re.compile(r"(\S*[^\W\d_])-\n(?=[a-z])")
@@ -56,14 +66,50 @@ class Sentence:
 
 
 @cache
-def _sentencizer():
+def _sentencizer(code: str):
     import spacy
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank(code)
     nlp.add_pipe("sentencizer")
     for abbreviation in _ABBREVIATIONS:
         nlp.tokenizer.add_special_case(abbreviation, [{"ORTH": abbreviation}])
     return nlp
+
+
+@cache
+def _final_marks() -> frozenset[str]:
+    # The sentencizer's own list of sentence-final punctuation, for every script.
+    from spacy.pipeline.sentencizer import Sentencizer
+
+    return frozenset(Sentencizer.default_punct_chars)
+
+
+def _unspaced_spans(text: str) -> list[tuple[int, int]]:
+    """Sentence spans of a text written without spaces: a sentence ends after its final marks
+    and the closing brackets that follow them, outside any 「quotation」. An ASCII mark ends one
+    only before a space or the end ("v1.5", "e.g." inside a Japanese sentence)."""
+    spans, start, quoting, index = [], 0, [], 0
+    marks = _final_marks()
+    while index < len(text):
+        character = text[index]
+        if character in _QUOTATION:
+            quoting.append(_QUOTATION[character])
+        elif quoting and character == quoting[-1]:
+            quoting.pop()
+        elif character in marks and not quoting:
+            end = index + 1
+            while end < len(text) and (text[end] in marks or text[end] in _CLOSING):
+                end += 1
+            if character.isascii() and end < len(text) and not text[end].isspace():
+                index += 1
+                continue
+            spans.append((start, end))
+            start = index = end
+            continue
+        index += 1
+    if start < len(text):
+        spans.append((start, len(text)))
+    return spans
 
 
 def sentences(text: str, *, clipped: bool = False) -> list[Sentence]:
@@ -98,9 +144,19 @@ def _prose_sentences(text: str, lines: list[str], line_starts: list[int], *, cod
         for unit in _units(segments, text)
         if unit
     ]
-    with _lock:
-        docs = list(_sentencizer().pipe("\n".join(text[start:end] for start, end in unit) for unit in units))
-    return [sentence for unit, doc in zip(units, docs, strict=True) for sentence in _unit_sentences(unit, doc, text)]
+    joined = ["\n".join(text[start:end] for start, end in unit) for unit in units]
+    reader = language.of(text)
+    if reader.spaces:
+        with _lock:
+            docs = list(_sentencizer(reader.code).pipe(joined))
+        spans = [[(span.start_char, span.end_char) for span in doc.sents] for doc in docs]
+    else:
+        spans = [_unspaced_spans(unit) for unit in joined]
+    return [
+        sentence
+        for unit, source, found in zip(units, joined, spans, strict=True)
+        for sentence in _unit_sentences(unit, source, found, text, reader)
+    ]
 
 
 def _begins_at_line_start(text: str) -> bool:
@@ -165,8 +221,10 @@ def _units(segments: list[tuple[int, int]], text: str) -> list[list[tuple[int, i
     return units
 
 
-def _unit_sentences(unit: list[tuple[int, int]], doc, text: str) -> list[Sentence]:
-    """The sentences spaCy found in one unit, mapped back from the joined lines to the text."""
+def _unit_sentences(
+    unit: list[tuple[int, int]], joined: str, spans: list[tuple[int, int]], text: str, reader: Language
+) -> list[Sentence]:
+    """The sentences found in one unit (`spans` of its `joined` lines), mapped back to the text."""
     joined_starts, position = [], 0
     for start, end in unit:
         joined_starts.append(position)
@@ -177,20 +235,20 @@ def _unit_sentences(unit: list[tuple[int, int]], doc, text: str) -> list[Sentenc
         return unit[index][0] + offset - joined_starts[index]
 
     found = []
-    for span in doc.sents:
-        joined = span.text
-        stripped = joined.strip()
+    for span_start, span_end in spans:
+        piece = joined[span_start:span_end]
+        stripped = piece.strip()
         if not stripped:
             continue
-        begin = span.start_char + len(joined) - len(joined.lstrip())
+        begin = span_start + len(piece) - len(piece.lstrip())
         finish = begin + len(stripped)
-        readable = " ".join(_HYPHENATED_BREAK.sub(_joined_word, stripped).split())
+        readable = language.collapse_whitespace(_HYPHENATED_BREAK.sub(_joined_word, stripped))
         found.append(
             Sentence(
                 text=readable,
                 start=source_offset(begin),
                 end=source_offset(finish - 1) + 1,
-                complete=_reads_as_sentence(readable),
+                complete=_reads_as_sentence(readable, reader),
             )
         )
     return found
@@ -202,23 +260,32 @@ def _joined_word(match: re.Match) -> str:
     return f"{word}-" if "-" in word else word
 
 
-def _title_case(words: list[str]) -> bool:
+def _title_case(words: list[str], reader: Language) -> bool:
     """A heading run into the text ("Graph-Enhanced Entity and Relationship Extraction.")
     capitalizes every content word; a sentence has a lowercase verb or noun somewhere."""
-    content = [word for word in words if len(word) > 2 and word.casefold() not in language.stop_words()]
+    content = [word for word in words if len(word) > 2 and word.casefold() not in reader.stop_words()]
     return len(content) >= 2 and all(word[0].isupper() for word in content)
 
 
-def _reads_as_sentence(sentence: str) -> bool:
-    words = sentence.split()
+def _reads_as_sentence(sentence: str, reader: Language) -> bool:
     visible = sentence.replace(" ", "")
+    if not reader.spaces:
+        return (
+            len(visible) >= _UNSPACED_MIN_CHARACTERS
+            and len(sentence) <= _MAX_CHARS
+            and bool(_UNSPACED_START.match(sentence))
+            and bool(_UNSPACED_END.search(sentence))
+            and sum(char.isalpha() for char in visible) >= _MIN_LETTER_SHARE * len(visible)
+            and sentence.count("|") < 2
+        )
+    start = _SENTENCE_START.match(sentence)
     return (
-        len(words) >= _MIN_WORDS
+        len(sentence.split()) >= _MIN_WORDS
         and len(sentence) <= _MAX_CHARS
-        and bool(_SENTENCE_START.match(sentence))
+        and bool(start and (start[1].isupper() or start[1].isdigit()))
         and bool(_SENTENCE_END.search(sentence))
         and sum(char.isalpha() for char in visible) >= _MIN_LETTER_SHARE * len(visible)
         and sentence.count("|") < 2
         and not _CAPTION.match(sentence)
-        and not _title_case(_WORD.findall(sentence))
+        and not _title_case(_WORD.findall(sentence), reader)
     )

@@ -12,6 +12,7 @@ from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import get_language_info
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from knowledge import selectors
@@ -243,9 +244,18 @@ def document(request, slug, pk):
         outline=[(len(s.path), f"section-{i}", s.path[-1]) for i, s in enumerate(structure.sections, 1)],
         regions=[(f"{r.kind}-{r.number}", r.name or f"{r.kind} {r.number}") for r in structure.regions],
         language=structure.language,
+        written_in=_language_name(document.language),
     )
     context["chunk_count"] = document.chunks.count()
     return render(request, "knowledge/document.html", context)
+
+
+def _language_name(code: str) -> str:
+    # Django knows the names of about a hundred languages; the detector names a few more.
+    try:
+        return get_language_info(code)["name"] if code else ""
+    except KeyError:
+        return code
 
 
 def _sentence_span(request, chunk) -> tuple[int, int]:

@@ -1,5 +1,8 @@
 """The deterministic extractor used when no chat model is configured (spaCy, offline).
 
+Each text is read by the spaCy pipeline of its language (knowledge/rag/language.py: English,
+GiNZA for Japanese, French), whose named-entity labels are mapped to OntoNotes' below.
+
 It fills the same records as the LLM extractor, so everything downstream is shared. Tuned for
 real documents (documentation, papers, reports), where an LLM extractor keeps about 6 entities
 per 1,000 tokens and a naive NLP one 50 to 70, most of them noise:
@@ -23,6 +26,7 @@ import threading
 from collections import Counter
 
 from knowledge.rag import language
+from knowledge.rag.language import Language
 from knowledge.rag.names import OTHER_TYPE, entity_key
 
 LABEL_TYPES = {
@@ -124,10 +128,11 @@ _lock = threading.Lock()
 
 
 def _trimmed(span):
-    """The span without leading determiners, pronouns and punctuation ("the University of Paris")."""
+    """The span without leading determiners, pronouns, punctuation and line breaks ("the
+    University of Paris"; GiNZA keeps a line break at the start of a sentence)."""
     start, end = span.start, span.end
     doc = span.doc
-    while start < end and (doc[start].pos_ in ("DET", "PRON", "PUNCT") or doc[start].is_stop):
+    while start < end and (doc[start].pos_ in ("DET", "PRON", "PUNCT") or doc[start].is_stop or doc[start].is_space):
         start += 1
     while end > start and doc[end - 1].pos_ in ("PUNCT", "PART"):
         end -= 1
@@ -159,13 +164,17 @@ def _is_prose(sentence) -> bool:
     return words >= MIN_WORD_SHARE * len(tokens) and not _CODE_CHARACTERS.intersection(sentence.text)
 
 
-def _named(sentence, allowed: dict[str, str]) -> tuple[list[tuple[int, str, str, str]], set[int]]:
+def _named(sentence, allowed: dict[str, str], reader: Language) -> tuple[list[tuple[int, str, str, str]], set[int]]:
     """(position, key, name, type) of the named entities that look like names, and the token
-    positions every named entity covers (noun phrases there are the same thing)."""
+    positions every named entity covers (noun phrases there are the same thing). A label that
+    names nothing in the language (GiNZA's vocations and theories) covers nothing either."""
     found, covered = [], set()
     for entity in sentence.ents:
+        label = reader.entity_label(entity.label_)
+        if label is None:
+            continue
         covered.update(range(entity.start, entity.end))
-        kind = LABEL_TYPES.get(entity.label_)
+        kind = LABEL_TYPES.get(label)
         span = _trimmed(entity) if kind else None
         name = clean_name(span.text) if span else None
         if name:
@@ -173,7 +182,13 @@ def _named(sentence, allowed: dict[str, str]) -> tuple[list[tuple[int, str, str,
     return found, covered
 
 
-def _phrases(sentence, taken: set[int]) -> list[tuple[int, str, str, bool]]:
+def _number(token, span, reader: Language) -> bool:
+    # "two approaches" is no entity; in a language without spaces a numeral inside a compound
+    # is part of its name (二段階検索, "two-stage retrieval"), only a trailing one is a number.
+    return token.pos_ == "NUM" and (reader.spaces or token.i == span.end - 1)
+
+
+def _phrases(sentence, taken: set[int], reader: Language) -> list[tuple[int, str, str, bool]]:
     """(position, key, name, single word) of the noun phrases that do not overlap a named entity."""
     found = []
     for chunk in sentence.noun_chunks:
@@ -182,8 +197,8 @@ def _phrases(sentence, taken: set[int]) -> list[tuple[int, str, str, bool]]:
             not span
             or taken.intersection(range(chunk.start, chunk.end))
             or span.root.pos_ not in ("NOUN", "PROPN")
-            or any(token.pos_ in ("VERB", "AUX", "NUM") for token in span)
-            or (len(span) == 1 and span.root.lemma_.lower() in GENERIC_HEADS)
+            or any(token.pos_ in ("VERB", "AUX") or _number(token, span, reader) for token in span)
+            or (len(span) == 1 and span.root.lemma_.lower() in GENERIC_HEADS | reader.generic_heads)
         ):
             continue
         name = clean_name(span.text)
@@ -197,15 +212,15 @@ def _keywords(sentence) -> str:
     return ", ".join(dict.fromkeys(verbs[:3]))
 
 
-def _records(doc, allowed: dict[str, str]) -> dict:
+def _records(doc, allowed: dict[str, str], reader: Language) -> dict:
     concept = allowed.get(NOUN_PHRASE_TYPE, OTHER_TYPE)
     read = []
     recurrence: Counter = Counter()
     for sentence in doc.sents:
         if not _is_prose(sentence):
             continue
-        named, covered = _named(sentence, allowed)
-        phrases = _phrases(sentence, covered)
+        named, covered = _named(sentence, allowed, reader)
+        phrases = _phrases(sentence, covered, reader)
         recurrence.update({key for _, key, _, _ in phrases})
         read.append((sentence, named, phrases))
 
@@ -227,7 +242,7 @@ def _records(doc, allowed: dict[str, str]) -> dict:
         mentions = mentions[:MAX_MENTIONS_PER_SENTENCE]
         if not mentions:
             continue
-        text = " ".join(sentence.text.split())
+        text = language.collapse_whitespace(sentence.text)
         for key, name, kind in mentions:
             entities.setdefault(key, {"name": name, "type": kind})
             described = sentences_of.setdefault(key, [])
@@ -251,9 +266,16 @@ def _records(doc, allowed: dict[str, str]) -> dict:
 
 
 def nlp_extract(texts: list[str], *, entity_types: list[str]) -> list[dict]:
-    """Records for each text, in order."""
+    """Records for each text, in order, each read by the pipeline of its language."""
     allowed = {kind.casefold(): kind for kind in entity_types}
-    nlp = language.pipeline()
+    by_language: dict[Language, list[int]] = {}
+    for index, text in enumerate(texts):
+        by_language.setdefault(language.of(text), []).append(index)
+    records: list[dict] = [{}] * len(texts)
     # spaCy's pipeline objects are not documented as thread-safe; ingestion threads take turns.
     with _lock:
-        return [_records(doc, allowed) for doc in nlp.pipe(texts, batch_size=16)]
+        for reader, indexes in by_language.items():
+            docs = reader.pipeline().pipe([texts[index] for index in indexes], batch_size=16)
+            for index, doc in zip(indexes, docs, strict=True):
+                records[index] = _records(doc, allowed, reader)
+    return records

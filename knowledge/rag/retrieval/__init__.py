@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 
 from knowledge.models import Workspace
-from knowledge.rag import llm
+from knowledge.rag import language, llm
 from knowledge.rag.chunking import embedding_text
 from knowledge.rag.retrieval.concurrent import run_together
 from knowledge.rag.retrieval.context import (
@@ -189,6 +189,8 @@ def retrieve(
 
 def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets, vectors, usage, stats) -> None:
     mode, question = result.mode, result.question
+    # The language the question is read in: its keywords, follow-up rules and answer terms.
+    result.stats["language"] = language.of(question).code
     # Earlier turns shape the search only when the question points back to them.
     referred = referred_turns(question, history)
     result.referred = tuple(turn["content"] for turn in referred if turn["role"] == "user")

@@ -4,7 +4,8 @@ A question that stands on its own retrieves for itself: folding earlier question
 keywords and its chunk search would pull the old topic back in ("Who founded Acme?", then
 "Where is Nordwind based?"). A follow-up ("and who founded it?", "what about its price?",
 "and the second one?") cannot be retrieved without the turns it points back to. spaCy's
-tagger and parser tell them apart, on the same rules with or without a chat model:
+tagger and parser (the pipeline of the question's language, with that language's words from
+knowledge/rag/language.py) tell them apart, on the same rules with or without a chat model:
 
 - it opens with a word that continues ("and", "but", "also", "what about", "how about", ...);
 - or it has a pronoun or demonstrative that points back ("it", "its", "they", "this", "the
@@ -19,40 +20,40 @@ own, within the recent turns.
 from collections.abc import Sequence
 
 from knowledge.rag import language
+from knowledge.rag.language import Language
 
-_CONTINUING_WORDS = {"and", "but", "also", "so", "then", "or", "plus"}
-_CONTINUING_PAIRS = {("what", "about"), ("how", "about"), ("what", "else"), ("anything", "else"), ("same", "for")}
-# Entity types that name something; an ordinal, a number or a date does not ("the first one").
+# Entity types (OntoNotes') that name something; an ordinal, a number or a date does not ("the first one").
 _NAMES = {"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"}
 _CLAUSES = {"ccomp", "xcomp", "csubj", "advcl"}
-_POINTING_BACK = {
-    "it", "its", "they", "them", "their", "theirs", "he", "him", "his", "she", "her", "hers",
-    "this", "that", "these", "those", "former", "latter", "one", "ones", "there", "same",
-}  # fmt: skip
 
 
 def is_follow_up(question: str) -> bool:
     """Whether the question leans on earlier turns (see the module's rules)."""
-    doc = language.pipeline()(question)
+    reader = language.of(question)
+    doc = reader.pipeline()(question)
     words = [token for token in doc if not token.is_punct and not token.is_space]
     if not words:
         return False
     lowered = [token.lower_ for token in words]
-    if lowered[0] in _CONTINUING_WORDS or tuple(lowered[:2]) in _CONTINUING_PAIRS:
+    if lowered[0] in reader.continuing_words or tuple(lowered[:2]) in reader.continuing_pairs:
         return True
+
+    def names(token) -> bool:
+        return token.pos_ == "PROPN" or (bool(token.ent_type_) and reader.entity_label(token.ent_type_) in _NAMES)
+
     named = False
     for token in words:
-        if token.pos_ == "PROPN" or token.ent_type_ in _NAMES:
+        if names(token):
             named = True
-        elif not named and _points_back(token):
+        elif not named and _points_back(token, reader):
             return True
-    return not any(token.pos_ in {"NOUN", "PROPN"} or token.ent_type_ in _NAMES for token in words)
+    return not any(token.pos_ in {"NOUN", "PROPN"} or names(token) for token in words)
 
 
-def _points_back(token) -> bool:
+def _points_back(token, reader: Language) -> bool:
     word = token.lower_
-    if word not in _POINTING_BACK or token.dep_ == "expl":
-        return False  # "Is there a ..."
+    if word not in reader.pointing_back or token.dep_.startswith("expl"):
+        return False  # "Is there a ...", "Y a-t-il ..."
     if word == "it" and token.dep_ == "nsubj" and any(child.dep_ in _CLAUSES for child in token.head.children):
         return False  # "Is it true that ...", "How long does it take to ..."
     if word in {"that", "this", "these", "those"}:

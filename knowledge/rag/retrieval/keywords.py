@@ -1,4 +1,5 @@
-"""Dual-level keywords: one cached model call, or spaCy when there is no chat model."""
+"""Dual-level keywords: one cached model call, or spaCy (the pipeline of the question's
+language) when there is no chat model."""
 
 import logging
 from collections.abc import Iterable, Sequence
@@ -81,8 +82,11 @@ def nlp_keywords(question: str) -> Keywords:
     A model names a question's themes; spaCy can only split it. The words left after the noun
     phrases are mostly verbs ("use, find, introduce"), and relations found by them alone were
     near no sentence in particular: the global mode found the answering page for 57% of the
-    default-path questions that way, and for 83% with the noun phrases added."""
-    doc = language.pipeline()(question)
+    default-path questions that way, and for 83% with the noun phrases added.
+
+    The question is read by the pipeline of its language, so a Japanese question's keywords are
+    its Japanese names and noun phrases (GiNZA), not the English tagger's guesses."""
+    doc = language.of(question).pipeline()(question)
     low, covered = [], set()
     for span in sorted([*doc.ents, *doc.noun_chunks], key=lambda span: (span.start, -len(span))):
         trimmed = _trimmed(span)

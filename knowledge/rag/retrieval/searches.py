@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from pgvector.django import CosineDistance
 
 from knowledge.models import Chunk, Entity, Relation, Workspace
+from knowledge.rag.language import CJK_CHARACTERS
 
 
 def degree_of(entity: str = "") -> Coalesce:
@@ -69,7 +70,10 @@ RRF_K = 60
 # that occurs in most of a large workspace costs a bounded amount; rarer words match fewer rows.
 LEXICAL_CANDIDATES = 500
 MAX_QUERY_TERMS = 32
-_QUERY_TERM = re.compile(r"\w+(?:[.\-']\w+)*")
+# A word, or a run of a script written without spaces (which cjk_bigrams, in SQL, cuts into
+# pairs of characters for the index and the query alike), so "LightRAGの二段階検索" is the
+# identifier "LightRAG" and the run "の二段階検索".
+_QUERY_TERM = re.compile(rf"[{CJK_CHARACTERS}]+|[^\W{CJK_CHARACTERS}]+(?:[.\-'][^\W{CJK_CHARACTERS}]+)*")
 
 
 def _looks_like_an_identifier(term: str, following: str) -> bool:
@@ -130,9 +134,9 @@ WITH vector_hits AS MATERIALIZED (
             SELECT x.id, x.search FROM knowledge_chunk x
             -- As on the vector side, a chunk without its vector is not served (not published yet).
             WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
-              AND x.search @@ to_tsquery('english', %(terms)s)
+              AND x.search @@ to_tsquery('english', cjk_bigrams(%(terms)s))
             LIMIT %(candidates)s
-        ) m, (SELECT to_tsquery('english', %(terms)s) AS query) q
+        ) m, (SELECT to_tsquery('english', cjk_bigrams(%(terms)s)) AS query) q
         ORDER BY score DESC, m.id
         LIMIT %(k)s
     ) best
@@ -204,7 +208,8 @@ WITH vector_hits AS MATERIALIZED (
     SELECT * FROM (
         SELECT x.id, x.key = ANY(%(keys)s), length(x.name)
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.published AND x.search @@ to_tsquery('simple', %(names)s)
+        WHERE x.workspace_id = %(workspace_id)s AND x.published
+          AND x.search @@ to_tsquery('simple', cjk_bigrams(%(names)s))
         LIMIT %(candidates)s
     ) partial
 ), lexical_hits AS MATERIALIZED (

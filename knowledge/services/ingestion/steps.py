@@ -18,7 +18,7 @@ from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
-from knowledge.rag import chunking, extraction, graph, llm, parsing
+from knowledge.rag import chunking, extraction, graph, language, llm, parsing
 from knowledge.rag.graph.vectors import publish_vectors, stage_vectors, stage_vectors_of_others
 from knowledge.rag.tokens import count_tokens
 from knowledge.services import events
@@ -190,6 +190,7 @@ def _parse(document: Document, owner: str) -> None:
                 text=text,
                 structure=structure,
                 content_hash=content_hash,
+                language=language.detect(text),
                 token_count=count_tokens(text),
                 chunk_count=len(spans),
                 chunks_done=0,
