@@ -3,7 +3,7 @@ ingestion), and real-looking text for the sentence splitter and extractive answe
 documentation with headings, lists, code, a table and a quote; an HTML documentation page (with
 navigation, a numbered listing and a table) that the parser turns into text; and text as pypdf
 extracts it from a paper (hard line breaks, hyphenation, page numbers, run-in headings, a
-flattened table)."""
+flattened table); and short texts in Japanese and French for the language pipelines."""
 
 import io
 
@@ -306,4 +306,24 @@ changes while ensuring accurate and relevant responses, LightRAG incrementally u
 the knowledge base without reprocessing the entire external database. The incremental
 update algorithm processes new documents with the same graph-based indexing steps as
 before, and then merges the new graph with the original one.
+"""
+
+
+# What the LightRAG paper says of itself, in Japanese, as a team's notes would put it.
+JAPANESE_TEXT = """\
+LightRAGは、香港大学のデータインテリジェンス研究室が開発した検索拡張生成の手法である。LightRAGは文書からエンティティと関係を抽出し、知識グラフを作る。
+
+二段階検索では、低レベルのキーワードで具体的なエンティティを探し、高レベルのキーワードで広いテーマを探す。二段階検索はLightRAGの中心的な仕組みである。
+
+GraphRAGはMicrosoftが発表した手法で、コミュニティ要約を作るために多くのトークンを使う。LightRAGの検索はGraphRAGより少ないトークンで済む。
+
+黄超教授が香港大学の研究室を率いている。黄超教授は知識グラフと検索拡張生成を研究している。
+"""
+
+FRENCH_TEXT = """\
+Marie Curie a découvert le polonium et le radium avec Pierre Curie à Paris. Marie Curie a reçu le prix Nobel \
+de physique en 1903 et le prix Nobel de chimie en 1911.
+
+L'Institut du radium, fondé à Paris en 1909, a permis à Marie Curie de poursuivre ses recherches sur la \
+radioactivité. Ses carnets de laboratoire sont encore radioactifs aujourd'hui.
 """
