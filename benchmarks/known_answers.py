@@ -193,6 +193,7 @@ def main() -> None:
     from django.test.utils import setup_databases, teardown_databases
 
     from knowledge.models import Document, Workspace
+    from knowledge.rag.retrieval.concurrent import close_connections
 
     databases = setup_databases(verbosity=0, interactive=False, keepdb=False)
     try:
@@ -208,6 +209,8 @@ def main() -> None:
         )
         score(workspace, page_of, modes, args.show_misses)
     finally:
+        # Retrieval's pool threads keep connections of their own; the database cannot be dropped under them.
+        close_connections()
         connection.close()
         if not args.keep:
             teardown_databases(databases, verbosity=0)
