@@ -121,6 +121,16 @@ def test_the_document_page_has_anchors_for_pages_and_sections_and_a_contents_box
     assert page.index('id="page-2"') < page.index('id="section-3"') < page.index("<mark")
 
 
+@pytest.mark.parametrize(("code", "shown"), [("ja", "in Japanese"), ("wuu", "in wuu"), ("", "tokens of text ·")])
+def test_the_document_page_names_the_language_it_was_read_in(owner_client, workspace, code, shown):
+    document = make_document(workspace, title="notes", text="二段階検索はLightRAGの中心的な仕組みである。")
+    Document.objects.filter(pk=document.pk).update(language=code)
+
+    page = owner_client.get(url("document", workspace, document.pk)).content.decode()
+
+    assert shown in page
+
+
 def test_it_shows_the_whole_document_without_a_chunk(owner_client, workspace):
     document = make_document(workspace, title="Doc", text="Just text.")
 
