@@ -199,8 +199,8 @@ class Chunk(models.Model):
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # The table also has `search`, a tsvector generated from section and text with a GIN index
     # (migrations 0007 and 0141: CJK runs indexed as pairs of characters), the lexical index
-    # beside the vector one. It is not a model field, so no
-    # ORM query reads it; only the hybrid search (knowledge/rag/retrieval/searches.py, chunks_nearest) does.
+    # beside the vector one. It is not a model field, so no ORM query reads it; only the hybrid
+    # search (knowledge/rag/retrieval/searches.py, chunks_nearest) does.
 
     class Meta:
         ordering = ["document_id", "order"]
@@ -234,9 +234,9 @@ class Entity(models.Model):
     summary = models.TextField(blank=True, db_default="")
     summary_through = models.BigIntegerField(db_default=0)
     summary_sources = models.PositiveIntegerField(db_default=0)
-    # Like Chunk, the table has a generated `search` tsvector of the name (unstemmed) with a GIN
-    # index, read only by the lookup of low-level keywords by name (entities_nearest in
-    # knowledge/rag/retrieval/searches.py).
+    # Like Chunk, the table has a generated `search` tsvector of the name (unstemmed, CJK as pairs
+    # of characters) with a GIN index, read only by the lookup of low-level keywords by name
+    # (entities_nearest in knowledge/rag/retrieval/searches.py).
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -179,7 +179,8 @@ def _identifier():
     return LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE)
 
 
-@lru_cache(maxsize=4096)
+# Chunks are detected when extracted and again when answered from; questions at every step.
+@lru_cache(maxsize=1024)
 def detect(text: str) -> str:
     """The ISO 639-1 code of the text's language, as py3langid (97 languages) names it."""
     sample = text[:_DETECTION_SAMPLE]
