@@ -66,9 +66,13 @@ class Language:
     continuing_pairs: frozenset[tuple[str, str]] = frozenset()
     pointing_back: frozenset[str] = frozenset()
 
-    def pipeline(self):
-        """The language's spaCy pipeline, loaded once per process."""
-        return _pipeline(self.spacy_model)
+    def parse(self, texts: list[str]) -> list:
+        """The documents of `texts` read by the language's spaCy pipeline (loaded once per
+        process), one call at a time per pipeline: GiNZA's SudachiPy tokenizer fails ("Already
+        borrowed") when two threads use it at once, and spaCy does not promise that any pipeline
+        may be shared (questions are read on retrieval's pool threads, chunks on ingestion's)."""
+        with _pipeline_lock(self.spacy_model):
+            return list(_pipeline(self.spacy_model).pipe(texts, batch_size=16))
 
     def stop_words(self) -> frozenset[str]:
         return _stop_words(self.code)
@@ -218,6 +222,11 @@ def _pipeline(model: str):
 
     with _lock:
         return spacy.load(model)
+
+
+@cache
+def _pipeline_lock(model: str) -> threading.Lock:
+    return threading.Lock()
 
 
 @cache

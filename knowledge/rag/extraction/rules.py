@@ -22,7 +22,6 @@ per 1,000 tokens and a naive NLP one 50 to 70, most of them noise:
 """
 
 import re
-import threading
 from collections import Counter
 
 from knowledge.rag import language
@@ -124,7 +123,6 @@ _ABBREVIATION = re.compile(r"^(?:e\.g|i\.e|etc|cf|vs)\b\.?", re.IGNORECASE)
 _CROSS_REFERENCE = re.compile(
     r"^(?:chapter|section|figure|fig|table|page|appendix|step|part|example|listing)\.?\s+[\dIVXivx.]+$", re.IGNORECASE
 )
-_lock = threading.Lock()
 
 
 def _trimmed(span):
@@ -272,10 +270,8 @@ def nlp_extract(texts: list[str], *, entity_types: list[str]) -> list[dict]:
     for index, text in enumerate(texts):
         by_language.setdefault(language.of(text), []).append(index)
     records: list[dict] = [{}] * len(texts)
-    # spaCy's pipeline objects are not documented as thread-safe; ingestion threads take turns.
-    with _lock:
-        for reader, indexes in by_language.items():
-            docs = reader.pipeline().pipe([texts[index] for index in indexes], batch_size=16)
-            for index, doc in zip(indexes, docs, strict=True):
-                records[index] = _records(doc, allowed, reader)
+    for reader, indexes in by_language.items():
+        docs = reader.parse([texts[index] for index in indexes])
+        for index, doc in zip(indexes, docs, strict=True):
+            records[index] = _records(doc, allowed, reader)
     return records

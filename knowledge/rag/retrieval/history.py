@@ -30,7 +30,7 @@ _CLAUSES = {"ccomp", "xcomp", "csubj", "advcl"}
 def is_follow_up(question: str) -> bool:
     """Whether the question leans on earlier turns (see the module's rules)."""
     reader = language.of(question)
-    doc = reader.pipeline()(question)
+    (doc,) = reader.parse([question])
     words = [token for token in doc if not token.is_punct and not token.is_space]
     if not words:
         return False

@@ -86,7 +86,7 @@ def nlp_keywords(question: str) -> Keywords:
 
     The question is read by the pipeline of its language, so a Japanese question's keywords are
     its Japanese names and noun phrases (GiNZA), not the English tagger's guesses."""
-    doc = language.of(question).pipeline()(question)
+    (doc,) = language.of(question).parse([question])
     low, covered = [], set()
     for span in sorted([*doc.ents, *doc.noun_chunks], key=lambda span: (span.start, -len(span))):
         trimmed = _trimmed(span)

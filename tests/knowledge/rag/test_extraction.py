@@ -200,7 +200,7 @@ def test_markup_code_and_formula_fragments_never_become_entities():
     (records,) = nlp_extract([text], entity_types=DEFAULT_ENTITY_TYPES)
 
     # spaCy's own recognizer takes the formula for an amount of money and the table for a company.
-    assert {"\\mathcal{L", "Value"} <= {entity.text for entity in language.ENGLISH.pipeline()(text).ents}
+    assert {"\\mathcal{L", "Value"} <= {entity.text for entity in language.ENGLISH.parse([text])[0].ents}
     names = {entity["name"] for entity in records["entities"]}
     assert {"Marie Curie", "University of Paris", "Radium Institute", "Paris"} <= names
     assert not [name for name in names if CODE_CHARACTERS & set(name) or "(" in name or "://" in name]

@@ -1,6 +1,7 @@
 """The language registry (knowledge/rag/language.py): which entry reads a text, and how each reads it."""
 
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -98,6 +99,39 @@ def test_a_japanese_question_gets_japanese_keywords():
     keywords = nlp_keywords("LightRAGの二段階検索とは何ですか？")
 
     assert keywords.low_level == ("LightRAG", "二段階検索")
+
+
+def _at_once(call, threads: int = 4, rounds: int = 40) -> list[BaseException]:
+    """Runs `call` on `threads` threads released together, `rounds` times; the errors raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads)
+
+    def run() -> None:
+        for _ in range(rounds):
+            barrier.wait()
+            try:
+                call()
+            except Exception as error:  # collected for the assertion
+                errors.append(error)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return errors
+
+
+def test_questions_read_on_many_threads_at_once_each_get_their_keywords():
+    question = "LightRAGの二段階検索とは何ですか？香港大学の研究室は何を開発しましたか？"
+    # The race is real: GiNZA's pipeline itself, called by threads at once, fails.
+    unguarded = language._pipeline(language.JAPANESE.spacy_model)
+    assert any("Already borrowed" in str(error) for error in _at_once(lambda: unguarded(question)))
+
+    found = []
+    assert _at_once(lambda: found.append(nlp_keywords(question).low_level)) == []
+    assert set(found) == {("LightRAG", "二段階検索", "香港大学", "研究室")}
+    assert len(found) == 4 * 40
 
 
 @pytest.mark.parametrize(
