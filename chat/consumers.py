@@ -23,7 +23,7 @@ from django.http import Http404
 from chat import selectors, services
 from chat.models import Conversation
 from chat.rendering import render_answer, render_message
-from knowledge.models import Workspace
+from knowledge.models import Answer, Workspace
 from knowledge.rag.answer.citations import answer_citations
 from knowledge.rag.llm import Usage
 from knowledge.rag.retrieval import RetrievalResult
@@ -32,6 +32,7 @@ from knowledge.services.asking import (
     ASK_FIELDS,
     ENGINE_EXTRACTIVE,
     AskDenied,
+    Asker,
     AskError,
     AskInvalid,
     AskRequest,
@@ -168,7 +169,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         pieces: list[str] = []
         conversation = turn.conversation.pk
         try:
-            async with aclosing(ask_stream(workspace=turn.workspace, request=turn.request, usage=usage)) as events:
+            asker = Asker(user=self.user, door=Answer.Door.CHAT, conversation_id=turn.conversation.pk)
+            stream = ask_stream(workspace=turn.workspace, request=turn.request, usage=usage, asker=asker)
+            async with aclosing(stream) as events:
                 async for event in events:
                     if isinstance(event, ErrorEvent):
                         await self.send_error(event.message, conversation=conversation)
@@ -208,6 +211,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 citations=citations,
                 subgraph=result.subgraph,
                 usage=asdict(usage),
+                answer_id=retrieval.answer_id,
             )
         await self.send_json(
             {

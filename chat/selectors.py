@@ -4,7 +4,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
 from chat.models import ChatPreferences, Conversation, Message
-from knowledge.models import Entity, Relation, Workspace
+from knowledge.models import Answer, Entity, Feedback, Relation, Workspace
 from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import entity_degrees
 
@@ -92,3 +92,45 @@ def entity_neighbours(*, workspace: Workspace, entity_id, limit: int = 30) -> di
 def chat_preferences_for(*, user) -> ChatPreferences:
     """The user's saved chat settings, or the defaults (unsaved) for a user who never changed them."""
     return ChatPreferences.objects.filter(user=user).first() or ChatPreferences(user=user)
+
+
+def answer_for_message(*, workspace: Workspace, user, message_id) -> Answer:
+    """The record of an answer in a conversation the user may read; 404 otherwise (also for
+    answers saved before answers were recorded, which take no feedback)."""
+    try:
+        message_id = int(message_id)
+    except (TypeError, ValueError):
+        raise Http404("No such answer.") from None
+    readable = Conversation.objects.filter(workspace=workspace).visible_to(user).values("pk")
+    answer = Answer.objects.filter(
+        workspace=workspace,
+        message_id=message_id,
+        conversation_id__in=readable,
+    ).first()
+    if answer is None:
+        raise Http404("No such answer.")
+    return answer
+
+
+def feedback_by_message(*, messages: list[Message], user) -> dict[int, Feedback | None]:
+    """For each saved answer that takes feedback, the user's feedback on it (None: not given yet)."""
+    ids = [message.pk for message in messages if message.role == Message.Role.ASSISTANT]
+    answers = dict(Answer.objects.filter(message_id__in=ids).values_list("pk", "message_id"))
+    given = {feedback.answer_id: feedback for feedback in Feedback.objects.filter(answer_id__in=answers, user=user)}
+    return {message_id: given.get(answer_id) for answer_id, message_id in answers.items()}
+
+
+def feedback_of(*, answer: Answer, user) -> Feedback | None:
+    return Feedback.objects.filter(answer=answer, user=user).first()
+
+
+def conversation_for_review(*, workspace: Workspace, conversation_id, until_message_id) -> list[Message]:
+    """A conversation's messages up to one answer, for the workspace's owners reviewing an answer
+    analytics flagged (the caller checks the owner role: this reads private conversations)."""
+    if conversation_id is None or until_message_id is None:
+        return []
+    return list(
+        Message.objects.filter(
+            conversation__workspace=workspace, conversation_id=conversation_id, pk__lte=until_message_id
+        ).order_by("created_at", "id")
+    )

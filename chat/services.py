@@ -1,9 +1,12 @@
 """Writes of conversations and messages. Each service does one user-visible thing."""
 
+from uuid import UUID
+
 from django.db import transaction
 
 from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Workspace
+from knowledge.services import answers
 
 TITLE_MAX_CHARS = 80
 DEFAULT_TITLE = Conversation._meta.get_field("title").default
@@ -32,7 +35,9 @@ def conversation_set_shared(*, conversation: Conversation, shared: bool) -> Conv
     return conversation
 
 
+@transaction.atomic
 def conversation_delete(*, conversation: Conversation) -> None:
+    answers.answers_forget_conversation(conversation_id=conversation.pk)
     conversation.delete()
 
 
@@ -61,9 +66,11 @@ def answer_record(
     citations: list,
     subgraph: dict,
     usage: dict,
+    answer_id: UUID | None = None,
 ) -> Message:
-    """Save an answer exactly as it was streamed, with what it was built from."""
-    return Message.objects.create(
+    """Save an answer exactly as it was streamed, with what it was built from, and tie it to the
+    ask service's record of the question (`answer_id`), which feedback on the chat page finds."""
+    message = Message.objects.create(
         conversation=conversation,
         role=Message.Role.ASSISTANT,
         content=content,
@@ -75,6 +82,9 @@ def answer_record(
         subgraph=subgraph,
         usage=usage,
     )
+    if answer_id is not None:
+        answers.answer_link_message(answer_id=answer_id, message_id=message.pk)
+    return message
 
 
 def chat_preferences_save(*, user, mode: str, top_k: int, chunk_top_k: int, response_type: str) -> ChatPreferences:

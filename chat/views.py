@@ -2,7 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from chat import selectors, services
 from chat.forms import MODES, MODES_NEEDING_A_MODEL, RESPONSE_TYPES, AnswerSettingsForm, RenameForm
@@ -11,6 +11,7 @@ from chat.rendering import prepare_message
 from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
+from knowledge.services.answers import FeedbackInvalid, feedback_give
 from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX
 
 SIDEBAR_CONVERSATIONS = 15
@@ -26,8 +27,12 @@ def chat_page(request, slug, conversation_id=None):
             workspace=workspace, user=request.user, conversation_id=conversation_id
         )
         messages = selectors.conversation_messages(conversation=conversation)
+    feedback = selectors.feedback_by_message(messages=messages, user=request.user)
     for message in messages:
         prepare_message(message, workspace=workspace)
+        # Answers recorded by the ask service take feedback; older ones have no record to rate.
+        message.takes_feedback = message.pk in feedback
+        message.feedback = feedback.get(message.pk)
     answers = [
         {
             "id": m.pk,
@@ -71,6 +76,7 @@ def chat_page(request, slug, conversation_id=None):
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
                 "documentUrl": reverse("knowledge:document", args=[workspace.slug, 0]),
                 "preferencesUrl": reverse("chat:preferences", args=[workspace.slug]),
+                "feedbackUrl": reverse("chat:feedback", args=[workspace.slug, 0]),
                 "extractive": extractive,
             },
         },
@@ -152,3 +158,24 @@ def preferences_save(request, slug):
         return JsonResponse({"error": form.first_error()}, status=400)
     services.chat_preferences_save(user=request.user, **form.cleaned_data)
     return HttpResponse(status=204)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def answer_feedback(request, slug, message_id):
+    """Thumbs up or down on an answer, with an optional comment (templates/chat/_feedback.html,
+    posted with htmx; a plain form post comes back to the conversation)."""
+    workspace = workspace_for_user(request.user, slug)
+    answer = selectors.answer_for_message(workspace=workspace, user=request.user, message_id=message_id)
+    feedback, error = selectors.feedback_of(answer=answer, user=request.user), ""
+    if request.method == "POST":
+        try:
+            feedback = feedback_give(
+                answer=answer, user=request.user, rating=request.POST.get("rating"), comment=request.POST.get("comment")
+            )
+        except FeedbackInvalid as invalid:
+            error = str(invalid)
+        if not request.htmx:
+            return redirect("chat:conversation", slug=workspace.slug, conversation_id=answer.conversation_id)
+    context = {"workspace": workspace, "message_id": answer.message_id, "feedback": feedback, "feedback_error": error}
+    return render(request, "chat/_feedback.html", context, status=400 if error else 200)

@@ -75,3 +75,38 @@ def env_rate(name: str, default: str) -> tuple[int, int] | None:
             f"{name} must look like 30/minute (per second, minute, hour or day) or off, got {raw!r}."
         )
     return int(count), _PERIODS[period.strip()]
+
+
+def env_prices(name: str) -> dict[str, tuple[float, float]]:
+    """Model prices written "model=input/output,..." in dollars per million tokens, e.g.
+    "gpt-4o-mini=0.15/0.60"; {} when unset."""
+    prices: dict[str, tuple[float, float]] = {}
+    for item in env_list(name, []):
+        model, _, price = item.rpartition("=")
+        given, _, taken = price.partition("/")
+        try:
+            prices[model.strip()] = (float(given), float(taken))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must look like gpt-4o-mini=0.15/0.60,gpt-4o=2.50/10 (dollars per million input/output "
+                f"tokens), got {item!r}."
+            ) from None
+        if not model.strip() or min(prices[model.strip()]) < 0:
+            raise ImproperlyConfigured(f"{name}: {item!r} needs a model name and prices of zero or more.")
+    return prices
+
+
+def env_group_roles(name: str, roles: tuple[str, ...]) -> dict[str, list[tuple[str, str]]]:
+    """Identity-provider groups mapped to workspace roles, written "group=workspace:role,...", e.g.
+    "engineering=acme:editor,leads=acme:owner"; a group may appear more than once."""
+    mapping: dict[str, list[tuple[str, str]]] = {}
+    for item in env_list(name, []):
+        group, _, target = item.rpartition("=")
+        slug, _, role = target.partition(":")
+        if not group.strip() or not slug.strip() or role.strip() not in roles:
+            raise ImproperlyConfigured(
+                f"{name} must look like engineering=acme:editor,leads=acme:owner (group=workspace:role, the role "
+                f"one of {', '.join(roles)}), got {item!r}."
+            )
+        mapping.setdefault(group.strip(), []).append((slug.strip(), role.strip()))
+    return mapping

@@ -11,7 +11,17 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
-from config.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_str
+from config.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_group_roles,
+    env_int,
+    env_list,
+    env_prices,
+    env_rate,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = BASE_DIR / ".data"
@@ -138,6 +148,9 @@ PORT = env_int("PORT", 8000, minimum=1)
 RATE_LIMIT_API = env_rate("RATE_LIMIT_API", "120/minute")
 RATE_LIMIT_ASK = env_rate("RATE_LIMIT_ASK", "20/minute")
 RATE_LIMIT_UPLOAD = env_rate("RATE_LIMIT_UPLOAD", "60/hour")
+# Emails an owner may send (invitations and resends), and sign-up links per client address.
+RATE_LIMIT_INVITE = env_rate("RATE_LIMIT_INVITE", "50/hour")
+RATE_LIMIT_SIGNUP = env_rate("RATE_LIMIT_SIGNUP", "5/hour")
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -159,6 +172,68 @@ AXES_LOCKOUT_CALLABLE = "knowledge.web.views.login_locked_out"
 # Daphne runs with --proxy-headers behind the proxy, so REMOTE_ADDR already is the client's
 # address; a client-sent X-Forwarded-For is never believed.
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+
+
+# People (docs/operations.md, "Teams and workspaces"): invitations, sign-up, sign-in.
+INVITATION_DAYS = env_int("INVITATION_DAYS", 7, minimum=1)
+# Off by default: a team's installation is entered by invitation. When on, only addresses of
+# SIGNUP_EMAIL_DOMAINS may sign up (empty: any), each confirmed by a link sent to it.
+SIGNUP_ENABLED = env_bool("SIGNUP_ENABLED", False)
+SIGNUP_EMAIL_DOMAINS = [domain.lower().lstrip("@") for domain in env_list("SIGNUP_EMAIL_DOMAINS", [])]
+# Off once everyone signs in through the identity provider: the login page then offers only SSO
+# (superusers keep /admin/login/ for when the provider is down).
+PASSWORD_LOGIN = env_bool("PASSWORD_LOGIN", True)
+
+# Email: Django's console backend (messages printed by the web process) unless EMAIL_HOST is set.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", EMAIL_PORT == 587)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", EMAIL_PORT == 465)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GraphRAG Teams <noreply@localhost>")
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc; knowledge/web/sso.py). Off unless a
+# discovery URL and a client are set; the provider's endpoints and keys come from its discovery
+# document, fetched when someone first signs in.
+OIDC_DISCOVERY_URL = env_str("OIDC_DISCOVERY_URL")
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")
+SSO_ENABLED = bool(OIDC_DISCOVERY_URL and OIDC_RP_CLIENT_ID)
+if OIDC_DISCOVERY_URL and not OIDC_RP_CLIENT_ID:
+    raise ImproperlyConfigured("OIDC_DISCOVERY_URL is set but OIDC_CLIENT_ID is not; set both, or neither.")
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_CREATE_USERS = env_bool("OIDC_CREATE_USERS", True)
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_GROUP_ROLES = env_group_roles("OIDC_GROUP_ROLES", ("viewer", "editor", "owner"))
+OIDC_LOGOUT_FROM_PROVIDER = env_bool("OIDC_LOGOUT_FROM_PROVIDER", False)
+OIDC_STATE_SECONDS = env_int("OIDC_STATE_SECONDS", 600, minimum=30)
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT", 10.0)
+OIDC_VERIFY_SSL = env_bool("OIDC_VERIFY_SSL", True)
+# PKCE as well as the client secret: what current providers recommend for every client.
+OIDC_USE_PKCE = True
+OIDC_AUTHENTICATE_CLASS = "knowledge.web.sso.SignInView"
+OIDC_CALLBACK_CLASS = "knowledge.web.sso.CallbackView"
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso_callback"
+OIDC_STORE_ID_TOKEN = True
+OIDC_OP_LOGOUT_URL_METHOD = "knowledge.web.sso.provider_logout_url"
+
+if SSO_ENABLED and OIDC_LOGOUT_FROM_PROVIDER:
+    # Logging out is a form post that ends at the provider's logout page, and browsers hold a
+    # form's redirects to form-action too.
+    from urllib.parse import urlsplit
+
+    _provider = urlsplit(OIDC_DISCOVERY_URL)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(f"{_provider.scheme}://{_provider.netloc}")
+
+# Analytics: model prices in dollars per million input/output tokens, for the estimated cost.
+MODEL_PRICES = env_prices("MODEL_PRICES")
 
 
 def _database() -> dict:
@@ -199,6 +274,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "django.contrib.humanize",
     "axes",
     "csp",
     "channels",
@@ -248,7 +324,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # django-axes first: it refuses a locked-out login before any password is checked.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Then passwords (by username or email), then the identity provider's sign-in when SSO is on.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "knowledge.web.accounts.UsernameOrEmailBackend",
+    *(["knowledge.web.sso.ProviderBackend"] if SSO_ENABLED else []),
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -1,18 +1,20 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from knowledge.api import urls as api_urls
+from knowledge.web import accounts, sso
 from knowledge.web import urls as web_urls
 from knowledge.web.views import healthz, home
 
 urlpatterns = [
-    path(
-        "login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
-        name="login",
-    ),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", accounts.LoginView.as_view(), name="login"),
+    path("logout/", sso.LogoutView.as_view(), name="logout"),
+    path("login/sso/", sso.SignInView.as_view(), name="sso_login"),
+    path("login/sso/callback/", sso.CallbackView.as_view(), name="sso_callback"),
+    path("signup/", accounts.signup, name="signup"),
+    path("signup/<str:token>/", accounts.signup_complete, name="signup_complete"),
+    path("invitations/<str:token>/", accounts.invitation, name="invitation"),
+    path("account/", accounts.account, name="account"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     # `home` stays outside the namespace: settings (LOGIN_REDIRECT_URL) and base.html name it.

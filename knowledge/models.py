@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -198,7 +199,7 @@ class Chunk(models.Model):
     anchor = models.CharField(max_length=40, blank=True, default="")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
     # The table also has `search`, a tsvector generated from section and text with a GIN index
-    # (migrations 0007 and 0141: CJK runs indexed as pairs of characters), the lexical index
+    # (migrations 0007 and 0009: CJK runs indexed as pairs of characters), the lexical index
     # beside the vector one. It is not a model field, so no ORM query reads it; only the hybrid
     # search (knowledge/rag/retrieval/searches.py, chunks_nearest) does.
 
@@ -621,3 +622,143 @@ class EvaluationJudgement(models.Model):
 
     def __str__(self) -> str:
         return f"judgement {self.order} of question {self.question_id}"
+
+
+# --- People (issue 25): invitations, every answered question, feedback on answers -----------
+
+
+class Invitation(models.Model):
+    """An owner's invitation of an email address into a workspace with a role.
+
+    The link carries a signature of (id, nonce, expiry) made with the secret key
+    (knowledge.services.invitations); the row says whether it is still good: single use
+    (`accepted_at`), revocable, and a resend draws a new nonce, so an older link stops working.
+    """
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    nonce = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    send_error = models.CharField(max_length=300, blank=True)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # One open invitation per address and workspace, however many owners click at once.
+            models.UniqueConstraint(
+                fields=["workspace", "email"],
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="invitation_one_open_per_email",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.workspace_id} as {self.role}"
+
+    @property
+    def pending(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None
+
+
+class Answer(models.Model):
+    """One question asked through any door (the chat, the HTTP, OpenAI, Ollama and MCP APIs) and
+    what answered it: the row analytics count and feedback attaches to. Written by the ask
+    service when the question starts and completed when its stream ends, however it ends."""
+
+    class Door(models.TextChoices):
+        CHAT = "chat", "Chat"
+        API = "api", "HTTP API"
+        OPENAI = "openai", "OpenAI API"
+        OLLAMA = "ollama", "Ollama API"
+        MCP = "mcp", "MCP"
+
+    class Outcome(models.TextChoices):
+        # Still streaming, or its process died before the end.
+        STARTED = "started", "Started"
+        ANSWERED = "answered", "Answered"
+        STOPPED = "stopped", "Stopped"
+        FAILED = "failed", "Failed"
+
+    # Given to API clients as the answer's id (OpenAI's `chatcmpl-<uuid>`), never guessable.
+    uuid = models.UUIDField(unique=True)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="answers", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    door = models.CharField(max_length=8, choices=Door.choices)
+    question = models.TextField()
+    mode = models.CharField(max_length=10)
+    # The chat model's name, or "extractive" when the sources' own sentences answered.
+    model = models.CharField(max_length=200)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.STARTED)
+    text = models.TextField(blank=True)
+    # The rows the answer cites (or, citing none, the passages it was given), as the APIs list them.
+    sources = models.JSONField(default=list, blank=True)
+    source_count = models.PositiveIntegerField(default=0)
+    # The distinct documents behind `sources`, for "most cited" without reading the JSON.
+    cited_documents = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    first_token_ms = models.PositiveIntegerField(null=True, blank=True)
+    total_ms = models.PositiveIntegerField(null=True, blank=True)
+    # The chat's conversation and saved answer, when the chat asked.
+    conversation_id = models.BigIntegerField(null=True, blank=True)
+    message_id = models.BigIntegerField(null=True, blank=True, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        # Covering: the analytics' aggregates over a period are index-only scans, never reading the
+        # wide rows (question, text, sources) of 100,000 answers.
+        indexes = [
+            models.Index(
+                fields=["workspace", "created_at"],
+                include=[
+                    "id",
+                    "mode",
+                    "model",
+                    "outcome",
+                    "source_count",
+                    "llm_calls",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "first_token_ms",
+                    "cited_documents",
+                ],
+                name="answer_by_workspace_day",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
+class Feedback(models.Model):
+    """A member's thumbs up or down on an answer, with an optional comment; one per member and
+    answer (giving it again changes it). The answer row holds the question, mode, sources and model."""
+
+    class Rating(models.IntegerChoices):
+        UP = 1, "Helpful"
+        DOWN = -1, "Not helpful"
+
+    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    rating = models.SmallIntegerField(choices=Rating.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "feedback"
+        constraints = [models.UniqueConstraint(fields=["answer", "user"], name="feedback_one_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on answer {self.answer_id}"

@@ -1,10 +1,12 @@
 """Reads. Every function that reaches user data starts from a workspace the caller may see."""
 
+import uuid
+
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
-from knowledge.models import ROLE_RANK, Document, Entity, EntitySource, Relation, Role, Workspace
+from knowledge.models import ROLE_RANK, Answer, Document, Entity, EntitySource, Relation, Role, Workspace
 from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import degree_of
 
@@ -148,3 +150,16 @@ def graph_top(*, workspace: Workspace, limit: int) -> dict:
             for row in edges
         ],
     }
+
+
+def answer_for_user(user, answer_id: object, *, slug: str | None = None) -> Answer | None:
+    """An answer this user asked (through an API), in a workspace they still belong to; None for
+    anything else, so an id of someone else's answer tells nothing."""
+    try:
+        key = uuid.UUID(str(answer_id))
+    except ValueError:
+        return None
+    answers = Answer.objects.filter(uuid=key, user=user, workspace__in=workspaces_for_user(user).values("pk"))
+    if slug is not None:
+        answers = answers.filter(workspace__slug=slug)
+    return answers.select_related("workspace").first()

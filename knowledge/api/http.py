@@ -20,6 +20,8 @@ from knowledge.api.responses import (
     ANSWER_ERROR_STATUS,
     Door,
     ask_error_status,
+    feedback_from_json,
+    feedback_json,
     gate,
     json_body,
     last_event,
@@ -27,7 +29,11 @@ from knowledge.api.responses import (
     start_answer,
     streaming,
 )
+from knowledge.models import Answer
+from knowledge.selectors import answer_for_user
+from knowledge.services.answers import FeedbackInvalid
 from knowledge.services.asking import (
+    Asker,
     AskError,
     AskEvent,
     DoneEvent,
@@ -81,7 +87,12 @@ async def _ndjson(first: dict, events: AsyncIterator[AskEvent]) -> AsyncIterator
             elif isinstance(event, ErrorEvent):
                 yield ndjson_line({"type": "error", "message": event.message})
             elif isinstance(event, DoneEvent):
-                done = {"type": "done", "answer": event.answer, "citations": event.citations}
+                done = {
+                    "type": "done",
+                    "answer_id": str(event.answer_id),
+                    "answer": event.answer,
+                    "citations": event.citations,
+                }
                 yield ndjson_line({**done, "usage": asdict(event.usage)})
 
 
@@ -100,14 +111,38 @@ async def query(request, slug: str):
         workspace = await gate(user=user, slug=slug, request=ask)
     except AskError as refusal:
         return DOOR.error(ask_error_status(refusal), str(refusal))
-    started = await start_answer(workspace=workspace, request=ask)
+    started = await start_answer(workspace=workspace, request=ask, asker=Asker(user=user, door=Answer.Door.API))
     if isinstance(started, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
     retrieval = started.retrieval
-    first = {**retrieval.result.to_json(include_context=ask.context_only), "answer_engine": retrieval.engine}
+    first = {
+        "answer_id": str(retrieval.answer_id),
+        **retrieval.result.to_json(include_context=ask.context_only),
+        "answer_engine": retrieval.engine,
+    }
     if stream:
         return streaming(_ndjson(first, started.events), content_type="application/x-ndjson")
     last = await last_event(started.events)
     if isinstance(last, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[last.reason], last.message)
     return JsonResponse({"answer": last.answer, **first, "citations": last.citations, "usage": asdict(last.usage)})
+
+
+@csrf_exempt
+@require_POST
+async def answer_feedback(request, slug: str, answer_id: str):
+    """Feedback on an answer this API gave: {"rating": "up" | "down", "comment": "..."}."""
+    user, denied = await _authenticate(request)
+    if denied is not None:
+        return denied
+    body = json_body(request)
+    if body is None:
+        return DOOR.error(400, 'The body must be a JSON object, e.g. {"rating": "down", "comment": "..."}.')
+    answer = await sync_to_async(answer_for_user)(user, answer_id, slug=slug)
+    if answer is None:
+        return DOOR.error(404, "No such answer of yours in this workspace.")
+    try:
+        feedback = await sync_to_async(feedback_from_json)(answer=answer, user=user, body=body)
+    except FeedbackInvalid as invalid:
+        return DOOR.error(400, str(invalid))
+    return JsonResponse(feedback_json(feedback))

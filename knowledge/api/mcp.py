@@ -28,7 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from knowledge.api.auth import CHALLENGE, abearer_user
 from knowledge.api.protocols import cited_sources
-from knowledge.models import Chunk, Document
+from knowledge.models import Answer, Chunk, Document
 from knowledge.rag.retrieval import DEFAULT_MODE, DEFAULT_TOP_K
 from knowledge.selectors import (
     documents_browse,
@@ -38,7 +38,15 @@ from knowledge.selectors import (
     workspace_for_user,
     workspaces_for_user,
 )
-from knowledge.services.asking import AskError, DoneEvent, ErrorEvent, ask_request, ask_stream, workspace_for_asking
+from knowledge.services.asking import (
+    Asker,
+    AskError,
+    DoneEvent,
+    ErrorEvent,
+    ask_request,
+    ask_stream,
+    workspace_for_asking,
+)
 
 MCP_PATH = "/mcp"
 NOT_A_MEMBER = "No such workspace, or you are not a member of it."
@@ -111,13 +119,15 @@ async def ask(
         found = await _read(workspace_for_asking, user=_user(ctx), slug=workspace, mode=request.mode)
     except AskError as refused:
         raise ToolError(str(refused)) from None
-    async with aclosing(ask_stream(workspace=found, request=request)) as events:
+    asker = Asker(user=_user(ctx), door=Answer.Door.MCP)
+    async with aclosing(ask_stream(workspace=found, request=request, asker=asker)) as events:
         async for event in events:
             if isinstance(event, ErrorEvent):
                 raise ToolError(event.message)
             if isinstance(event, DoneEvent):
                 usage = event.usage
                 return {
+                    "answer_id": str(event.answer_id),
                     "answer": event.answer,
                     "answer_engine": event.engine,
                     "sources": cited_sources(

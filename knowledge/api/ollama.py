@@ -33,6 +33,8 @@ from knowledge.api.responses import (
     ANSWER_ERROR_STATUS,
     Door,
     ask_error_status,
+    feedback_from_json,
+    feedback_json,
     gate,
     json_body,
     last_event,
@@ -40,9 +42,12 @@ from knowledge.api.responses import (
     start_answer,
     streaming,
 )
-from knowledge.selectors import workspaces_for_user
+from knowledge.models import Answer
+from knowledge.selectors import answer_for_user, workspaces_for_user
+from knowledge.services.answers import FeedbackInvalid
 from knowledge.services.asking import (
     AskDenied,
+    Asker,
     AskError,
     AskInvalid,
     DoneEvent,
@@ -164,6 +169,8 @@ class _Reply:
             eval_count=done.usage.completion_tokens,
             sources=sources,
             answer_engine=done.engine,
+            # The stored answer's id: feedback comes back by it (POST /api/feedback).
+            id=str(done.answer_id),
         )
 
     def whole(self, retrieval: RetrievalEvent, done: DoneEvent) -> dict:
@@ -212,7 +219,7 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
         return _no_such_model(body["model"])
     except AskError as refusal:
         return DOOR.error(ask_error_status(refusal), str(refusal))
-    started = await start_answer(workspace=workspace, request=ask)
+    started = await start_answer(workspace=workspace, request=ask, asker=Asker(user=user, door=Answer.Door.OLLAMA))
     if isinstance(started, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
     reply = _Reply(
@@ -224,3 +231,24 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
     if isinstance(last, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[last.reason], last.message)
     return JsonResponse(reply.whole(started.retrieval, last))
+
+
+@csrf_exempt
+@require_POST
+async def feedback(request):
+    """Feedback on an answer this API gave (Ollama has no such call; the id is on our `done`
+    line): {"id": "...", "rating": "up" | "down", "comment": "..."}."""
+    user, denied = await DOOR.token_user(request)
+    if denied is not None:
+        return denied
+    body = json_body(request)
+    if body is None:
+        return DOOR.error(400, 'The body must be a JSON object: {"id": "<answer id>", "rating": "down", ...}.')
+    answer = await sync_to_async(answer_for_user)(user, body.pop("id", None))
+    if answer is None:
+        return DOOR.error(404, "answer not found: send the 'id' of a reply you were given")
+    try:
+        given = await sync_to_async(feedback_from_json)(answer=answer, user=user, body=body)
+    except FeedbackInvalid as invalid:
+        return DOOR.error(400, str(invalid))
+    return JsonResponse(feedback_json(given))

@@ -16,7 +16,7 @@ from contextlib import aclosing
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from knowledge.api.protocols import (
     UnknownModel,
@@ -31,15 +31,20 @@ from knowledge.api.responses import (
     ANSWER_ERROR_STATUS,
     Door,
     ask_error_status,
+    feedback_from_json,
+    feedback_json,
     gate,
     json_body,
     last_event,
     start_answer,
     streaming,
 )
-from knowledge.selectors import workspaces_for_user
+from knowledge.models import Answer
+from knowledge.selectors import answer_for_user, workspaces_for_user
+from knowledge.services.answers import FeedbackInvalid
 from knowledge.services.asking import (
     AskDenied,
+    Asker,
     AskError,
     AskInvalid,
     DoneEvent,
@@ -121,11 +126,14 @@ async def chat_completions(request):
     except AskError as refusal:
         status = ask_error_status(refusal)
         return DOOR.error(status, str(refusal), code="workspace_not_ready" if status == 409 else None)
-    started = await start_answer(workspace=workspace, request=ask)
+    started = await start_answer(workspace=workspace, request=ask, asker=Asker(user=user, door=Answer.Door.OPENAI))
     if isinstance(started, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
     completion = _Completion(
-        model=body["model"], base_url=request.build_absolute_uri("/"), workspace_slug=workspace.slug
+        answer_id=started.retrieval.answer_id,
+        model=body["model"],
+        base_url=request.build_absolute_uri("/"),
+        workspace_slug=workspace.slug,
     )
     if stream:
         events = completion.server_sent_events(started.retrieval, started.events, include_usage=include_usage)
@@ -139,8 +147,9 @@ async def chat_completions(request):
 class _Completion:
     """One answer in OpenAI's chat-completion shapes."""
 
-    def __init__(self, *, model: str, base_url: str, workspace_slug: str):
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+    def __init__(self, *, answer_id: uuid.UUID, model: str, base_url: str, workspace_slug: str):
+        # The stored answer's id: feedback comes back by it (POST /v1/chat/completions/<id>).
+        self.id = completion_id(answer_id)
         self.created = int(time.time())
         self.model = model
         self.base_url = base_url
@@ -211,3 +220,57 @@ class _Completion:
 
 def _event(data: dict) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+COMPLETION_PREFIX = "chatcmpl-"
+
+
+def completion_id(answer_id: uuid.UUID) -> str:
+    return f"{COMPLETION_PREFIX}{answer_id.hex}"
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+async def completion(request, completion_id: str):
+    """OpenAI's stored completion: GET reads an answer this token's user was given, POST
+    {"metadata": {"rating": "up" | "down", "comment": "..."}} gives feedback on it (what the
+    `openai` package's chat.completions.retrieve() and .update() send)."""
+    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
+    if denied is not None:
+        return denied
+    answer = await sync_to_async(answer_for_user)(user, completion_id.removeprefix(COMPLETION_PREFIX))
+    if answer is None:
+        return DOOR.error(404, f"No chat completion found with id {completion_id!r}.", code="not_found")
+    metadata = {}
+    if request.method == "POST":
+        body = json_body(request)
+        metadata = body.get("metadata") if body is not None else None
+        if not isinstance(metadata, dict):
+            return DOOR.error(400, 'Send {"metadata": {"rating": "up" or "down", "comment": "..."}}.')
+        try:
+            feedback = await sync_to_async(feedback_from_json)(answer=answer, user=user, body=metadata)
+        except FeedbackInvalid as invalid:
+            return DOOR.error(400, str(invalid), code="invalid_metadata")
+        metadata = {key: value for key, value in feedback_json(feedback).items() if key != "answer_id"}
+    return JsonResponse(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(answer.created_at.timestamp()),
+            "model": f"{answer.workspace.slug}:{answer.mode}",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer.text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": answer.prompt_tokens,
+                "completion_tokens": answer.completion_tokens,
+                "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+            },
+            "metadata": metadata,
+        }
+    )

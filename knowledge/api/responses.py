@@ -15,9 +15,11 @@ from asgiref.sync import sync_to_async
 from django.http import JsonResponse, StreamingHttpResponse
 
 from knowledge.api.auth import CHALLENGE, Bearer, abearer_user
-from knowledge.models import Workspace
+from knowledge.models import Answer, Feedback, Workspace
+from knowledge.services.answers import FeedbackInvalid, feedback_give
 from knowledge.services.asking import (
     AskDenied,
+    Asker,
     AskError,
     AskEvent,
     AskInvalid,
@@ -88,10 +90,11 @@ class Started:
     events: AsyncIterator[AskEvent]
 
 
-async def start_answer(*, workspace: Workspace, request: AskRequest) -> Started | ErrorEvent:
+async def start_answer(*, workspace: Workspace, request: AskRequest, asker: Asker) -> Started | ErrorEvent:
     """Retrieve: the answer under way, or why it failed before anything was answered (a door
-    then sends a plain error response, never a stream that fails at once)."""
-    events = ask_stream(workspace=workspace, request=request)
+    then sends a plain error response, never a stream that fails at once). The question is
+    recorded for `asker`, and the RetrievalEvent carries the answer's id for the client."""
+    events = ask_stream(workspace=workspace, request=request, asker=asker)
     first = await anext(events)
     if isinstance(first, ErrorEvent):
         await events.aclose()
@@ -119,3 +122,22 @@ def streaming(chunks: AsyncIterator[bytes], *, content_type: str) -> StreamingHt
 
 def ndjson_line(data: dict) -> bytes:
     return (json.dumps(data, ensure_ascii=False) + "\n").encode()
+
+
+FEEDBACK_FIELDS = ("rating", "comment")
+
+
+def feedback_from_json(*, answer: Answer, user, body: dict) -> Feedback:
+    """Feedback as the APIs take it ({"rating", "comment"}); anything else is refused by name."""
+    unknown = sorted(set(body) - set(FEEDBACK_FIELDS))
+    if unknown:
+        raise FeedbackInvalid(f"Unknown field '{unknown[0]}'. Accepted fields: {', '.join(FEEDBACK_FIELDS)}.")
+    return feedback_give(answer=answer, user=user, rating=body.get("rating"), comment=body.get("comment"))
+
+
+def feedback_json(feedback: Feedback) -> dict:
+    return {
+        "answer_id": str(feedback.answer.uuid),
+        "rating": "up" if feedback.rating == Feedback.Rating.UP else "down",
+        "comment": feedback.comment,
+    }

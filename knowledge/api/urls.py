@@ -7,11 +7,16 @@ from knowledge.api import http, ollama, openai
 
 urlpatterns = [
     path("api/workspaces/<slug:slug>/query", http.query, name="api_query"),
+    path(
+        "api/workspaces/<slug:slug>/answers/<str:answer_id>/feedback", http.answer_feedback, name="api_answer_feedback"
+    ),
     # OpenAI's and Ollama's paths, where their clients look for them.
     path("v1/models", openai.models, name="openai_models"),
     path("v1/chat/completions", openai.chat_completions, name="openai_chat_completions"),
+    path("v1/chat/completions/<str:completion_id>", openai.completion, name="openai_completion"),
     path("api/version", ollama.version, name="ollama_version"),
     path("api/tags", ollama.tags, name="ollama_tags"),
     path("api/chat", ollama.chat, name="ollama_chat"),
     path("api/generate", ollama.generate, name="ollama_generate"),
+    path("api/feedback", ollama.feedback, name="ollama_feedback"),
 ]

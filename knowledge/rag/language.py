@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 # Scripts written without spaces between words: kana, CJK ideographs and Hangul. Full-text
-# search cuts their runs into overlapping pairs of characters (migration 0141 does the same in
+# search cuts their runs into overlapping pairs of characters (migration 0009 does the same in
 # SQL, a test checks that the two agree), and languages written in them split sentences on
 # their own punctuation. The katakana middle dot (U+30FB) separates words, so it is left out.
 CJK_CHARACTERS = (

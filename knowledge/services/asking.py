@@ -18,8 +18,10 @@ every other socket and request of the process.
 """
 
 import asyncio
+import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from channels.db import database_sync_to_async
 from django.db import connection
 from django.http import Http404
 
-from knowledge.models import Chunk, Document, Role, Workspace
+from knowledge.models import Answer, Chunk, Document, Role, Workspace
 from knowledge.rag import llm
 from knowledge.rag.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive, astream_answer
 from knowledge.rag.answer.citations import answer_citations
@@ -44,6 +46,8 @@ from knowledge.rag.retrieval import (
     retrieve,
 )
 from knowledge.selectors import workspace_for_user
+from knowledge.services import answers
+from knowledge.services.answers import Asker
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +236,8 @@ class RetrievalEvent:
     result: RetrievalResult
     # What answers: ENGINE_LLM (the chat model) or ENGINE_EXTRACTIVE (the sources' own sentences).
     engine: str
+    # The answer's record (knowledge.models.Answer.uuid) when an asker was given; its id for clients.
+    answer_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,7 @@ class DoneEvent:
     usage: llm.Usage
     # The retrieval's citations with the sentences the answer cites (answer.answer_citations).
     citations: list[dict]
+    answer_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -270,12 +277,76 @@ def answer_engine() -> str:
 
 
 async def ask_stream(
-    *, workspace: Workspace, request: AskRequest, usage: llm.Usage | None = None
+    *, workspace: Workspace, request: AskRequest, usage: llm.Usage | None = None, asker: Asker | None = None
 ) -> AsyncIterator[AskEvent]:
     """Retrieve, then answer, as events: RetrievalEvent, TokenEvents, DoneEvent; or an ErrorEvent
     where it failed, and nothing after it. Model usage adds up in `usage` (pass your own to read
-    it after a cancel). Cancelling the consumer, or closing the stream, stops the model's stream."""
+    it after a cancel). Cancelling the consumer, or closing the stream, stops the model's stream.
+
+    With an `asker` (every door's question; not the command's or the evaluation's), the question
+    is recorded (knowledge.services.answers) before anything is retrieved and completed when the
+    stream ends, however it ends; its id rides on the RetrievalEvent and the DoneEvent."""
     usage = llm.Usage() if usage is None else usage
+    if asker is None:
+        async with aclosing(_ask(workspace, request, usage, answer_id=None)) as events:
+            async for event in events:
+                yield event
+        return
+    started = time.perf_counter()
+    record = await _on_pool_thread(
+        answers.answer_start,
+        workspace=workspace,
+        asker=asker,
+        question=request.question,
+        mode=request.mode,
+        model=answers.model_name(answer_engine()),
+    )
+    tally = answers.Tally(answer_id=record.uuid, started=started)
+    finished = False
+    try:
+        async with aclosing(_ask(workspace, request, usage, answer_id=record.uuid)) as events:
+            async for event in events:
+                _note(tally, event)
+                if isinstance(event, DoneEvent | ErrorEvent):
+                    # Complete before the door hears the end, so a next question finds it done.
+                    await _on_pool_thread(answers.answer_finish, tally=tally, usage=usage, ended=time.perf_counter())
+                    finished = True
+                yield event
+    finally:
+        if not finished:
+            # The reader stopped early (a cancel, a closed connection): the record says so.
+            await _on_pool_thread(answers.answer_finish, tally=tally, usage=usage, ended=time.perf_counter())
+
+
+async def _on_pool_thread(function, **arguments):
+    """A short write off the event loop and off asgiref's shared thread, like retrieval."""
+
+    def run():
+        try:
+            return function(**arguments)
+        finally:
+            # Pool threads are many: a connection left open there idles until the process exits.
+            connection.close()
+
+    return await database_sync_to_async(run, thread_sensitive=False)()
+
+
+def _note(tally: "answers.Tally", event: AskEvent) -> None:
+    if isinstance(event, RetrievalEvent):
+        tally.citations = event.result.citations
+    elif isinstance(event, TokenEvent):
+        if tally.first_token is None:
+            tally.first_token = time.perf_counter()
+        tally.pieces.append(event.text)
+    elif isinstance(event, DoneEvent):
+        tally.outcome, tally.citations = Answer.Outcome.ANSWERED, event.citations
+    elif isinstance(event, ErrorEvent):
+        tally.outcome = Answer.Outcome.FAILED
+
+
+async def _ask(
+    workspace: Workspace, request: AskRequest, usage: llm.Usage, *, answer_id: uuid.UUID | None
+) -> AsyncIterator[AskEvent]:
     started = time.perf_counter()
     try:
         result = await database_sync_to_async(_retrieve, thread_sensitive=False)(workspace, request, usage)
@@ -287,11 +358,13 @@ async def ask_stream(
         yield ErrorEvent(message=INTERNAL_ERROR_MESSAGE, reason="internal")
         return
     result.stats["timings"]["total"] = round((time.perf_counter() - started) * 1000, 2)
-    yield RetrievalEvent(result=result, engine=answer_engine())
+    yield RetrievalEvent(result=result, engine=answer_engine(), answer_id=answer_id)
     async with aclosing(answer_stream(request=request, result=result, usage=usage)) as events:
         async for event in events:
             if isinstance(event, ErrorEvent) and event.error is not None:
                 event = _model_error(event.error, workspace)
+            elif isinstance(event, DoneEvent):
+                event = dataclasses.replace(event, answer_id=answer_id)
             yield event
 
 

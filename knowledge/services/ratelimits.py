@@ -33,16 +33,17 @@ class RateLimited(Exception):
         return f"Too many {self.action} for now; try again in {_wait(self.retry_after)}."
 
 
-def rate_limit_check(*, limit: str, user=None, token=None, count: int = 1) -> None:
+def rate_limit_check(*, limit: str, user=None, token=None, address: str | None = None, count: int = 1) -> None:
     """Count `count` actions against the limit named by its setting (e.g. "RATE_LIMIT_ASK").
 
-    An API token has its own budget (tokens are issued one per client); anything else counts
-    against the user's. Raises RateLimited when that budget is spent."""
+    An API token has its own budget (tokens are issued one per client); an action without a user
+    (a sign-up) counts against its client address; anything else against the user's. Raises
+    RateLimited when that budget is spent."""
     rate = getattr(settings, limit)
     if rate is None:
         return
     allowed, period = rate
-    who = f"token:{token.pk}" if token is not None else f"user:{user.pk}"
+    who = f"token:{token.pk}" if token is not None else f"ip:{address}" if user is None else f"user:{user.pk}"
     now = time.time()
     window = int(now // period)
     key = f"rate:{limit}:{who}:{window}"
@@ -58,7 +59,13 @@ def rate_limit_check(*, limit: str, user=None, token=None, count: int = 1) -> No
         raise RateLimited(action=_ACTIONS.get(limit, "requests"), retry_after=math.ceil((window + 1) * period - now))
 
 
-_ACTIONS = {"RATE_LIMIT_API": "API requests", "RATE_LIMIT_ASK": "questions", "RATE_LIMIT_UPLOAD": "uploads"}
+_ACTIONS = {
+    "RATE_LIMIT_API": "API requests",
+    "RATE_LIMIT_ASK": "questions",
+    "RATE_LIMIT_UPLOAD": "uploads",
+    "RATE_LIMIT_INVITE": "invitation emails",
+    "RATE_LIMIT_SIGNUP": "sign-up emails",
+}
 
 
 def _wait(seconds: int) -> str:

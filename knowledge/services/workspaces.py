@@ -60,7 +60,14 @@ def _user_by_username_or_email(identifier: str):
     if len(by_email) > 1:
         raise MembershipError(f"Several users have the email {identifier}; add them by username instead.")
     if not by_email:
-        raise MembershipError(f"No user with the username or email {identifier!r}.")
+        if "@" in identifier:
+            raise MembershipError(
+                f"No account uses {identifier}. Invite them by email below: they get a link to set a password "
+                "(or to sign in with single sign-on) and join with the role you choose."
+            )
+        raise MembershipError(
+            f"No user named {identifier!r}. To bring in someone without an account, invite them by email below."
+        )
     return by_email[0]
 
 
@@ -69,7 +76,7 @@ def _check_role(role: str) -> None:
         raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
 
 
-def _lock_memberships(workspace_id: int) -> None:
+def lock_memberships(workspace_id: int) -> None:
     # Row lock on the workspace serializes membership changes, so two owners demoting each
     # other at the same moment cannot leave a workspace without an owner.
     Workspace.objects.select_for_update().only("pk").get(pk=workspace_id)
@@ -88,7 +95,7 @@ def membership_add(*, workspace: Workspace, actor, identifier: str, role: str) -
     _check_role(role)
     user = _user_by_username_or_email(identifier.strip())
     with transaction.atomic():
-        _lock_memberships(workspace.pk)
+        lock_memberships(workspace.pk)
         existing = Membership.objects.filter(workspace=workspace, user=user).first()
         if existing is not None:
             raise MembershipError(f"{user.get_username()} is already a member ({existing.role}).")
@@ -106,7 +113,7 @@ def membership_add(*, workspace: Workspace, actor, identifier: str, role: str) -
 def membership_set_role(*, membership: Membership, actor, role: str) -> Membership:
     _check_role(role)
     with transaction.atomic():
-        _lock_memberships(membership.workspace_id)
+        lock_memberships(membership.workspace_id)
         membership = Membership.objects.select_related("user", "workspace").get(pk=membership.pk)
         previous = membership.role
         if previous == role:
@@ -130,7 +137,7 @@ def membership_set_role(*, membership: Membership, actor, role: str) -> Membersh
 def membership_remove(*, membership: Membership, actor) -> None:
     """Remove a member; a member removing themselves is leaving. The last owner cannot go."""
     with transaction.atomic():
-        _lock_memberships(membership.workspace_id)
+        lock_memberships(membership.workspace_id)
         membership = Membership.objects.select_related("user", "workspace").get(pk=membership.pk)
         _check_an_owner_remains(membership)
         username = membership.user.get_username()

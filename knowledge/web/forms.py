@@ -108,3 +108,38 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label="Email address", max_length=254)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+
+
+class EmailForm(forms.Form):
+    email = forms.EmailField(label="Your work email", max_length=254)
+
+
+class NewAccountForm(forms.Form):
+    """What a person chooses for the account an invitation or a sign-up link makes: the address
+    is the link's. Passwords are checked by the account service (Django's validators)."""
+
+    username = forms.CharField(max_length=150, help_text="What you log in with (your email works too).")
+    first_name = forms.CharField(max_length=150, required=False, label="First name")
+    last_name = forms.CharField(max_length=150, required=False, label="Last name")
+    password1 = forms.CharField(
+        label="Password", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+    )
+    password2 = forms.CharField(
+        label="Password again", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("password1") and cleaned.get("password1") != cleaned.get("password2"):
+            self.add_error("password2", "The two passwords differ.")
+        return cleaned
+
+
+class NameForm(forms.Form):
+    first_name = forms.CharField(max_length=150, required=False, label="First name")
+    last_name = forms.CharField(max_length=150, required=False, label="Last name")

@@ -3,7 +3,7 @@ under the `knowledge` namespace."""
 
 from django.urls import path
 
-from knowledge.web import evaluation, views
+from knowledge.web import analytics, evaluation, views
 
 urlpatterns = [
     path("workspaces/new/", views.workspace_new, name="workspace_new"),
@@ -23,9 +23,15 @@ urlpatterns = [
     path("workspaces/<slug:slug>/members/add/", views.member_add, name="member_add"),
     path("workspaces/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member_role"),
     path("workspaces/<slug:slug>/members/<int:pk>/remove/", views.member_remove, name="member_remove"),
+    path("workspaces/<slug:slug>/invitations/", views.invitation_create, name="invitation_create"),
+    path("workspaces/<slug:slug>/invitations/<int:pk>/resend/", views.invitation_resend, name="invitation_resend"),
+    path("workspaces/<slug:slug>/invitations/<int:pk>/revoke/", views.invitation_revoke, name="invitation_revoke"),
     path("workspaces/<slug:slug>/settings/", views.workspace_settings, name="settings"),
     path("workspaces/<slug:slug>/delete/", views.workspace_delete, name="workspace_delete"),
     path("workspaces/<slug:slug>/audit/", views.audit, name="audit"),
+    path("workspaces/<slug:slug>/analytics/", analytics.analytics, name="analytics"),
+    path("workspaces/<slug:slug>/analytics.csv", analytics.analytics_csv, name="analytics_csv"),
+    path("workspaces/<slug:slug>/analytics/answers/<int:pk>/", analytics.analytics_answer, name="analytics_answer"),
     path("workspaces/<slug:slug>/evaluation/", evaluation.evaluation_runs, name="evaluation"),
     path("workspaces/<slug:slug>/evaluation/<int:pk>/", evaluation.evaluation_run, name="evaluation_run"),
 ]

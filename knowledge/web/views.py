@@ -12,14 +12,16 @@ from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import get_language_info
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from knowledge import selectors
 from knowledge.models import ROLE_RANK, Document, Membership, Role, Workspace
 from knowledge.rag import llm, parsing
-from knowledge.services import events, export, ingestion, ratelimits, workspaces
+from knowledge.services import events, export, ingestion, invitations, ratelimits, workspaces
 from knowledge.web.forms import (
+    InviteForm,
     MemberAddForm,
     MemberRoleForm,
     UploadForm,
@@ -426,13 +428,96 @@ def graph_json(request, slug):
 @require_GET
 def members(request, slug):
     workspace = _workspace(request, slug, Role.OWNER)
-    return _members_page(request, workspace, MemberAddForm())
+    return _members_page(request, workspace)
 
 
-def _members_page(request, workspace, form, status=200) -> HttpResponse:
+def _members_page(request, workspace, form=None, invite_form=None, status=200) -> HttpResponse:
     memberships = workspace.memberships.select_related("user").order_by("user__username")
-    context = _context(workspace, form=form, memberships=memberships, roles=Role.choices)
+    pending = [
+        {
+            "invitation": invitation,
+            "link": invitations.invitation_link(invitation, base_url=request.build_absolute_uri("/")),
+            "expired": invitation.expires_at <= timezone.now(),
+        }
+        for invitation in invitations.invitations_pending(workspace=workspace)
+    ]
+    context = _context(
+        workspace,
+        form=form or MemberAddForm(),
+        invite_form=invite_form or InviteForm(),
+        memberships=memberships,
+        roles=Role.choices,
+        pending=pending,
+        invitation_days=settings.INVITATION_DAYS,
+        shown_link=request.session.pop("invitation_link_shown", None),
+    )
     return render(request, "knowledge/members.html", context, status=status)
+
+
+def _invitation_sent(request, invitation) -> None:
+    """Say how the invitation went out; the link is shown either way, for teams without mail."""
+    if invitation.send_error:
+        messages.error(
+            request,
+            f"The invitation of {invitation.email} is ready, but the email failed: {invitation.send_error}. "
+            "Copy its link below and send it yourself.",
+        )
+    else:
+        messages.success(request, f"Invitation emailed to {invitation.email}; its link is below too.")
+    request.session["invitation_link_shown"] = invitation.pk
+
+
+@login_required
+@require_POST
+def invitation_create(request, slug):
+    workspace = _workspace(request, slug, Role.OWNER)
+    form = InviteForm(request.POST)
+    if form.is_valid():
+        try:
+            invitation = invitations.invitation_create(
+                workspace=workspace, actor=request.user, base_url=request.build_absolute_uri("/"), **form.cleaned_data
+            )
+        except invitations.InvitationError as err:
+            form.add_error("email", str(err))
+        except ratelimits.RateLimited as limited:
+            form.add_error(None, str(limited))
+        else:
+            _invitation_sent(request, invitation)
+            return redirect("knowledge:members", slug=workspace.slug)
+    return _members_page(request, workspace, invite_form=form, status=400)
+
+
+def _pending_invitation(workspace, pk):
+    return get_object_or_404(workspace.invitations.select_related("workspace", "invited_by"), pk=pk)
+
+
+@login_required
+@require_POST
+def invitation_resend(request, slug, pk):
+    workspace = _workspace(request, slug, Role.OWNER)
+    try:
+        invitation = invitations.invitation_resend(
+            invitation=_pending_invitation(workspace, pk), actor=request.user, base_url=request.build_absolute_uri("/")
+        )
+    except (invitations.InvitationError, ratelimits.RateLimited) as err:
+        messages.error(request, str(err))
+    else:
+        _invitation_sent(request, invitation)
+    return redirect("knowledge:members", slug=workspace.slug)
+
+
+@login_required
+@require_POST
+def invitation_revoke(request, slug, pk):
+    workspace = _workspace(request, slug, Role.OWNER)
+    invitation = _pending_invitation(workspace, pk)
+    try:
+        invitations.invitation_revoke(invitation=invitation, actor=request.user)
+    except invitations.InvitationError as err:
+        messages.error(request, str(err))
+    else:
+        messages.success(request, f"Withdrew the invitation of {invitation.email}; its link no longer works.")
+    return redirect("knowledge:members", slug=workspace.slug)
 
 
 @login_required
@@ -448,7 +533,7 @@ def member_add(request, slug):
         else:
             messages.success(request, f"Added {membership.user.get_username()} as {membership.role}.")
             return redirect("knowledge:members", slug=workspace.slug)
-    return _members_page(request, workspace, form, status=400)
+    return _members_page(request, workspace, form=form, status=400)
 
 
 def _membership(workspace, pk) -> Membership:

@@ -302,6 +302,9 @@
         article.replaceWith(rendered);
         if (activeArticle === article) activeArticle = rendered;
         article = rendered;
+        // Feedback needs the page's session (a CSRF-protected form), so it comes in its own request.
+        const slot = rendered.querySelector(".answer-feedback-slot");
+        if (slot) htmx.ajax("GET", config.feedbackUrl.replace("/0/", `/${event.message}/`), { target: slot, swap: "innerHTML" });
       }
     } else {
       body.innerHTML = clean(event.html || "");

@@ -394,8 +394,8 @@ async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
     # provenance, the subgraph's edges. The subgraph's descriptions came with them.
     assert events[0]["sql_queries"] == 6
     # The gate (membership, documents), the question (a conversation, its title and time, the
-    # message) and the answer.
-    assert len(every_query) == 6 + 6
+    # message), the answer, and the record of the question (started, completed, tied to the answer).
+    assert len(every_query) == 6 + 6 + 3
     await communicator.disconnect()
 
 

@@ -109,6 +109,7 @@ async def test_it_streams_ndjson_events(graph, token, model):
     done = events[-1]
     assert done == {
         "type": "done",
+        "answer_id": events[0]["answer_id"],
         "answer": "Bob works with Carol [R1]; they met Alice [S2].",
         "citations": done["citations"],
         "usage": done["usage"],

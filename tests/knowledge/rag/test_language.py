@@ -155,7 +155,7 @@ def test_follow_ups_are_told_by_the_rules_of_the_questions_language(question, fo
 
 @pytest.mark.django_db
 def test_python_and_postgres_cut_the_same_characters_into_pairs():
-    """CJK_CHARACTERS (Python) and cjk_bigrams (SQL, migration 0141) must agree on every edge of
+    """CJK_CHARACTERS (Python) and cjk_bigrams (SQL, migration 0009) must agree on every edge of
     every range, or a query term and the text it should find would be cut differently."""
     ranges = re.findall(r"(.)-(.)", language.CJK_CHARACTERS)
     edges = sorted({ord(character) for pair in ranges for character in pair})

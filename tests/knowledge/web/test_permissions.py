@@ -12,16 +12,20 @@ that each of its tools answers an outsider as if the workspace did not exist.
 """
 
 import json
+import uuid
 from dataclasses import dataclass, field
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core import signing
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from chat.models import Conversation
-from knowledge.models import EntitySource, EvaluationRun, EvaluationSet, Membership, Role
+from chat.models import Conversation, Message
+from knowledge.models import Answer, EntitySource, EvaluationRun, EvaluationSet, Membership, Role
+from knowledge.services.accounts import SIGNUP_SALT
 from knowledge.services.api_tokens import api_token_create
+from knowledge.services.invitations import invitation_create, invitation_token
 from tests.factories import make_chunk, make_document, make_entity, make_user, make_workspace
 
 # Django's admin checks staff status itself and scopes curation querysets by membership;
@@ -57,6 +61,14 @@ CASES: dict[str, list[Case]] = {
     "login": [Case(args=(), min_role=None, anonymous="public")],
     "logout": [Case(args=(), method="post", min_role=None, anonymous="public")],
     "home": [LOGIN_ONLY],
+    "account": [LOGIN_ONLY, Case(args=(), method="post", min_role=None, data={"form": "name", "first_name": "Vi"})],
+    # Single sign-on is off in this walk (the login page says so); tests/knowledge/web/test_sso.py has it on.
+    "sso_login": [Case(args=(), min_role=None, anonymous="public")],
+    "sso_callback": [Case(args=(), min_role=None, anonymous="public")],
+    "signup": [Case(args=(), min_role=None, anonymous="public")],
+    "signup_complete": [Case(args=("signup_token",), min_role=None, anonymous="public")],
+    # Anyone holding the link may read it; accepting needs the invited address (test_people.py).
+    "invitation": [Case(args=("invitation_token",), min_role=None, anonymous="public")],
     # The container healthcheck: says only "ok" (tests/test_deployment.py).
     "healthz": [Case(args=(), min_role=None, anonymous="public")],
     "knowledge:workspace_new": [LOGIN_ONLY],
@@ -90,6 +102,42 @@ CASES: dict[str, list[Case]] = {
         Case(method="post", min_role=Role.OWNER, data={"confirm_name": "wrong"}),
     ],
     "knowledge:audit": [Case(min_role=Role.OWNER)],
+    "knowledge:invitation_create": [
+        Case(method="post", min_role=Role.OWNER, data={"email": "new@example.org", "role": "viewer"})
+    ],
+    "knowledge:invitation_resend": [Case(args=("slug", "invitation"), method="post", min_role=Role.OWNER)],
+    "knowledge:invitation_revoke": [Case(args=("slug", "invitation"), method="post", min_role=Role.OWNER)],
+    "knowledge:analytics": [Case(min_role=Role.OWNER)],
+    "knowledge:analytics_csv": [Case(min_role=Role.OWNER)],
+    "knowledge:analytics_answer": [Case(args=("slug", "answer"), min_role=Role.OWNER)],
+    # Feedback by the answer's id: the asker's own answers only (tests/knowledge/api/test_feedback_api.py).
+    "knowledge:api_answer_feedback": [
+        Case(args=("slug", "answer_uuid"), method="post", anonymous="401", content_type=JSON, data={"rating": "up"})
+    ],
+    "knowledge:openai_completion": [
+        Case(args=("completion_id",), min_role=None, anonymous="401", auth="token"),
+        Case(
+            args=("completion_id",),
+            method="post",
+            min_role=None,
+            anonymous="401",
+            auth="token",
+            content_type=JSON,
+            data={"metadata": {"rating": "down"}},
+        ),
+    ],
+    "knowledge:ollama_feedback": [
+        Case(
+            args=(),
+            method="post",
+            min_role=None,
+            anonymous="401",
+            auth="token",
+            content_type=JSON,
+            data={"rating": "up"},
+            data_from={"id": "answer_uuid"},
+        )
+    ],
     "knowledge:api_query": [
         Case(method="post", anonymous="401", content_type="application/json", data={"question": "Who is Ada?"})
     ],
@@ -136,6 +184,10 @@ CASES: dict[str, list[Case]] = {
     "chat:share": [Case(args=("slug", "conversation"), method="post", data={"shared": "on"})],
     "chat:delete": [Case(args=("slug", "conversation"), method="post")],
     "chat:neighbours": [Case(data_from={"entity": "entity"})],
+    "chat:feedback": [
+        Case(args=("slug", "answer_message")),
+        Case(args=("slug", "answer_message"), method="post", data={"rating": "down", "comment": "Missed it."}),
+    ],
 }
 
 ROLE_BELOW = {Role.EDITOR: Role.VIEWER, Role.OWNER: Role.EDITOR}
@@ -180,7 +232,30 @@ def world(db, settings):
     )
     # The conversation belongs to the viewer: the role that must get through is the one using it.
     conversation = Conversation.objects.create(workspace=workspace, user=viewer, title="Questions")
+    message = Message.objects.create(conversation=conversation, role="assistant", content="Ada.", mode="mix")
+    answer = Answer.objects.create(
+        uuid=uuid.uuid4(),
+        workspace=workspace,
+        user=viewer,
+        door="chat",
+        question="Who?",
+        mode="mix",
+        model="extractive",
+        conversation_id=conversation.pk,
+        message_id=message.pk,
+    )
+    invitation = invitation_create(
+        workspace=workspace, actor=owner, email="invited@example.org", role="viewer", base_url="http://testserver/"
+    )
+    settings.SIGNUP_ENABLED = True
     values = {
+        "answer": answer.pk,
+        "answer_uuid": str(answer.uuid),
+        "answer_message": message.pk,
+        "completion_id": f"chatcmpl-{answer.uuid.hex}",
+        "invitation": invitation.pk,
+        "invitation_token": invitation_token(invitation),
+        "signup_token": signing.TimestampSigner(salt=SIGNUP_SALT).sign_object({"email": "new@example.org"}),
         "conversation": conversation.pk,
         "evaluation_run": run.pk,
         "slug": workspace.slug,

@@ -229,11 +229,13 @@ def test_it_lets_an_owner_add_a_member_by_email_and_logs_it(owner_client, worksp
     assert (event.actor, event.detail["username"]) == (owner, "bob")
 
 
-def test_it_reports_an_unknown_user(owner_client, workspace):
+def test_it_reports_an_unknown_user_and_points_to_invitations(owner_client, workspace):
     response = owner_client.post(url("member_add", workspace), {"identifier": "nobody", "role": "viewer"})
+    by_email = owner_client.post(url("member_add", workspace), {"identifier": "no@example.org", "role": "viewer"})
 
     assert response.status_code == 400
-    assert "No user with the username or email" in response.content.decode()
+    assert "No user named &#x27;nobody&#x27;" in response.content.decode()
+    assert "No account uses no@example.org. Invite them by email below" in by_email.content.decode()
 
 
 def test_it_keeps_the_last_owner(owner_client, workspace, owner):
