@@ -118,7 +118,6 @@ HNSW_MAX_SCAN_TUPLES = env_int("HNSW_MAX_SCAN_TUPLES", 20000, minimum=1)
 RETRIEVAL_MIN_SIMILARITY = env_float("RETRIEVAL_MIN_SIMILARITY", 0.2)
 # Which source chunks of the retrieved entities and relations reach the context: those nearest to
 # the question ("vector", LightRAG's KG_CHUNK_PICK_METHOD=VECTOR) or those supporting most rows.
-GRAPH_CHUNK_PICK = env_choice("GRAPH_CHUNK_PICK", "vector", ("vector", "support"))
 UPLOAD_MAX_MB = env_int("UPLOAD_MAX_MB", 50, minimum=1)
 # Parsing limits: each refuses a file with a message instead of letting it exhaust a worker.
 PARSE_MAX_TEXT_CHARS = env_int("PARSE_MAX_TEXT_CHARS", 5_000_000, minimum=1000)

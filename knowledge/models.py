@@ -223,6 +223,9 @@ class Entity(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="entities", db_index=False)
     name = models.CharField(max_length=300)
     key = models.CharField(max_length=300, help_text="Normalized name: one entity per key in a workspace.")
+    # The name without case, punctuation, spaces or a plural ending (knowledge.rag.names.surface_form):
+    # entities that share it are synonyms (EntityLink), "Enum" and "Enums", "GraphRAG" and "Graph RAG".
+    form = models.CharField(max_length=300, blank=True, db_default="")
     type = models.CharField(max_length=80, blank=True)
     description = models.TextField(blank=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIM, null=True, blank=True)
@@ -247,7 +250,7 @@ class Entity(models.Model):
         verbose_name_plural = "entities"
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="entity_unique_key")]
-        indexes = [embedding_index("entity")]
+        indexes = [embedding_index("entity"), models.Index(fields=["workspace", "form"], name="entity_form")]
 
     def __str__(self) -> str:
         return self.name
@@ -432,6 +435,29 @@ class LLMCacheEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key[:12]}"
+
+
+class EntityLink(models.Model):
+    """Two entities that are one thing under two surface forms (knowledge.rag.graph.synonyms):
+    the walk of retrieval crosses from one to the other, and the duplicates page lists them first.
+    Stored once per pair, source_id < target_id."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
+    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+", db_index=False)
+    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+")
+    # The cosine of the two name vectors when they linked by vector; None when they share a form.
+    cosine = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "target"], name="entitylink_unique_pair"),
+            models.CheckConstraint(condition=Q(source__lt=F("target")), name="entitylink_ordered"),
+        ]
+        indexes = [models.Index(fields=["workspace", "source"], name="entitylink_source")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} = {self.target_id}"
 
 
 class EntityAlias(models.Model):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from knowledge.models import Chunk, Document, Entity, Membership, Relation, Role, Workspace
+from knowledge.rag.names import surface_form
 
 _seq = itertools.count(1)
 
@@ -58,6 +59,7 @@ def make_entity(
         workspace=workspace,
         name=name,
         key=name.casefold(),
+        form=surface_form(name),
         type=type,
         embedding=embedding,
         published=published,

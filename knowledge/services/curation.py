@@ -21,8 +21,26 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from knowledge.models import Chunk, Entity, EntityAlias, EntitySource, MergeLog, Relation, RelationSource, Workspace
-from knowledge.rag.graph import embed_published, entity_key, lock_entity_keys, rebuild_entities, rebuild_relations
+from knowledge.models import (
+    Chunk,
+    Entity,
+    EntityAlias,
+    EntityLink,
+    EntitySource,
+    MergeLog,
+    Relation,
+    RelationSource,
+    Workspace,
+)
+from knowledge.rag.graph import (
+    embed_published,
+    entity_key,
+    link_synonyms,
+    lock_entity_keys,
+    rebuild_entities,
+    rebuild_relations,
+)
+from knowledge.rag.names import surface_form
 from knowledge.services.workspaces import audit_record, workspace_refresh_counts
 
 
@@ -430,11 +448,15 @@ def entity_update(*, entity: Entity, actor, name: str, type: str, description: s
             )
         renamed = name != entity.name
         entity.name, entity.key, entity.type, entity.description = name, new_key, type.strip(), description.strip()
+        entity.form = surface_form(new_key)
         entity.save()
-        # An entity's vector is made of its name and description, its relations' of their names.
+        # An entity's vector is made of its name, its relations' of their names (and keywords).
         relations = Relation.objects.filter(Q(source=entity) | Q(target=entity)) if renamed else Relation.objects.none()
         embed_published(entity_ids=[entity.pk], relation_ids=list(relations.values_list("pk", flat=True)))
         entity.refresh_from_db(fields=["embedding"])
+        if renamed:
+            EntityLink.objects.filter(Q(source=entity) | Q(target=entity)).delete()
+            link_synonyms([entity.pk])
         changed = {field: {"from": value, "to": getattr(entity, field)} for field, value in old.items()}
         changed = {field: change for field, change in changed.items() if change["from"] != change["to"]}
         if changed:
@@ -461,6 +483,9 @@ class DuplicatePair:
     second: Entity
     name_similarity: float
     cosine: float | None
+    # Linked as synonyms when their documents published (knowledge.rag.graph.synonyms): the
+    # walk of retrieval already treats them as one; merging makes it so everywhere.
+    linked: bool = False
 
     @property
     def score(self) -> float:
@@ -513,24 +538,44 @@ def _vector_pairs(rows: list[dict], threshold: float) -> dict[tuple[int, int], f
 def possible_duplicates(
     *, workspace: Workspace, name_threshold: float = 0.85, cosine_threshold: float = 0.92, limit: int = 200
 ) -> list[DuplicatePair]:
-    """Pairs of entities whose names look alike or whose vectors are close, most alike first.
+    """Pairs of entities that may be one thing, most certain first: the synonym links (same surface
+    form, or near name vectors with agreeing names), then pairs whose names look alike or whose
+    name vectors are close.
 
-    Looks at the workspace's most recently changed DUPLICATE_CANDIDATES entities, so the page
-    stays quick on very large graphs; duplicates are usually young (the last documents made them).
+    The second kind looks at the workspace's most recently changed DUPLICATE_CANDIDATES entities,
+    so the page stays quick on very large graphs; duplicates are usually young.
     """
+    links = list(
+        EntityLink.objects.filter(workspace=workspace)
+        .order_by("cosine", "-pk")  # same form (no cosine) first
+        .values_list("source_id", "target_id", "cosine")[:limit]
+    )
     rows = list(
         Entity.objects.filter(workspace=workspace)
         .order_by("-updated_at", "-pk")
         .values("pk", "key", "embedding")[:DUPLICATE_CANDIDATES]
     )
+    linked = {(a, b) for a, b, _ in links}
     by_name = _name_pairs(rows, name_threshold)
     by_vector = _vector_pairs(rows, cosine_threshold)
-    scored = {pair: (by_name.get(pair, 0.0), by_vector.get(pair)) for pair in by_name.keys() | by_vector.keys()}
-    best = sorted(scored.items(), key=lambda item: (-max(item[1][0], item[1][1] or 0.0), item[0]))[:limit]
-    wanted = {pk for pair, _ in best for pk in pair}
-    entities = Entity.objects.defer("embedding").in_bulk(wanted)
+    scored = {
+        pair: (by_name.get(pair, 0.0), by_vector.get(pair)) for pair in (by_name.keys() | by_vector.keys()) - linked
+    }
+    best = sorted(scored.items(), key=lambda item: (-max(item[1][0], item[1][1] or 0.0), item[0]))
+    best = best[: max(limit - len(links), 0)]
+    wanted = {pk for pair, _ in best for pk in pair} | {pk for a, b, _ in links for pk in (a, b)}
+    entities = Entity.objects.filter(workspace=workspace).defer("embedding").in_bulk(wanted)
     vector_of = {row["pk"]: row["embedding"] for row in rows}
-    pairs = []
+    pairs = [
+        DuplicatePair(
+            entities[a],
+            entities[b],
+            difflib.SequenceMatcher(None, entities[a].key, entities[b].key).ratio(),
+            cosine,
+            linked=True,
+        )
+        for a, b, cosine in links
+    ]
     for (a, b), (name_similarity, cosine) in best:
         if cosine is None and vector_of.get(a) is not None and vector_of.get(b) is not None:
             first, second = np.asarray(vector_of[a]), np.asarray(vector_of[b])

@@ -173,11 +173,25 @@ def _named(sentence, allowed: dict[str, str], reader: Language) -> tuple[list[tu
             continue
         covered.update(range(entity.start, entity.end))
         kind = LABEL_TYPES.get(label)
-        span = _trimmed(entity) if kind else None
-        name = clean_name(span.text) if span else None
-        if name:
-            found.append((span.start, entity_key(name), name, allowed.get(kind, OTHER_TYPE)))
+        for part in _lines(entity) if kind else ():
+            span = _trimmed(part)
+            name = clean_name(span.text) if span else None
+            if name:
+                found.append((span.start, entity_key(name), name, allowed.get(kind, OTHER_TYPE)))
     return found, covered
+
+
+def _lines(span):
+    """The span cut at line breaks: the tagger joins a title to the sentence below it ("Marcus
+    Ellery" heading a page that begins "Marcus Ellery (born 1961)" is one PERSON to it)."""
+    start = span.start
+    for token in span:
+        if token.is_space and "\n" in token.text:
+            if token.i > start:
+                yield span.doc[start : token.i]
+            start = token.i + 1
+    if span.end > start:
+        yield span.doc[start : span.end]
 
 
 def _number(token, span, reader: Language) -> bool:

@@ -13,10 +13,11 @@ writes under them only if the provenance it read is still what is there; otherwi
 computes again.
 """
 
-from knowledge.rag.graph.describe import entity_embedding_text, relation_embedding_text
+from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_text, relation_vectors
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
 from knowledge.rag.graph.merge import MergeResult, merge_chunks
 from knowledge.rag.graph.rebuild import RebuildResult, rebuild_entities, rebuild_relations
+from knowledge.rag.graph.synonyms import link_synonyms
 from knowledge.rag.graph.vectors import (
     embed_published,
     reembed_workspace,
@@ -30,15 +31,18 @@ __all__ = [
     "MergeResult",
     "RebuildResult",
     "embed_published",
-    "entity_embedding_text",
+    "entity_text",
+    "entity_vectors",
     "entity_key",
+    "link_synonyms",
     "lock_entity_keys",
     "lock_relations",
     "merge_chunks",
     "rebuild_entities",
     "rebuild_relations",
     "reembed_workspace",
-    "relation_embedding_text",
+    "relation_text",
+    "relation_vectors",
     "resize_vector_columns",
     "update_rows",
     "vector_dimensions",

@@ -9,6 +9,7 @@ from django.utils import timezone
 from knowledge.models import Entity, EntityAlias, EntitySource, Relation, RelationSource
 from knowledge.rag.extraction.records import EntityMention, RelationMention, consolidate, keyword_union
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
+from knowledge.rag.names import surface_form
 
 
 @dataclass
@@ -59,6 +60,7 @@ def merge_chunks(*, workspace_id: int, records_by_chunk: dict[int, dict]) -> Mer
                 Entity(
                     workspace_id=workspace_id,
                     key=key,
+                    form=surface_form(key),
                     name=mention.name[:300],
                     type=mention.type[:80],
                     description=mention.description,

@@ -15,10 +15,8 @@ from knowledge.rag.graph.describe import (
     Described,
     Summarized,
     describe,
-    embed_changed,
-    entity_embedding_text,
-    relation_embedding_text,
 )
+from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_text, relation_vectors
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
 from knowledge.rag.graph.vectors import update_rows
 
@@ -161,16 +159,12 @@ class _EntityRebuild:
             for pk, row in alive.items()
         }
         merged = describe("entity", names, descriptions, _states(alive), self.usage, self.fallback)
-        vectors = embed_changed(
-            {
-                pk: (
-                    entity_embedding_text(row["name"], row["description"]),
-                    entity_embedding_text(names[pk], merged[pk].description),
-                    row["published"],
-                )
-                for pk, row in alive.items()
-            }
-        )
+        # Published rows whose name changed get a new vector now; unpublished ones get theirs when
+        # their document is staged for publishing (knowledge.services.ingestion).
+        renamed = [
+            pk for pk, row in alive.items() if row["published"] and entity_text(names[pk]) != entity_text(row["name"])
+        ]
+        vectors = dict(zip(renamed, entity_vectors([names[pk] for pk in renamed]), strict=True))
         updates = {}
         for pk, row in alive.items():
             fields = {
@@ -245,20 +239,22 @@ class _RelationRebuild:
         )
         new_keywords = {pk: keyword_union(keywords[pk]) for pk in alive}
         # Endpoint names do not change here (renaming or merging an endpoint re-embeds its
-        # relations: knowledge.services.curation); the first keywords and the description's first line may.
-        vectors = embed_changed(
-            {
-                pk: (
-                    relation_embedding_text(
-                        row["source__name"], row["target__name"], row["keywords"], row["description"]
-                    ),
-                    relation_embedding_text(
-                        row["source__name"], row["target__name"], new_keywords[pk], merged[pk].description
-                    ),
-                    row["published"],
-                )
-                for pk, row in alive.items()
-            }
+        # relations: knowledge.services.curation); the first keywords may.
+        moved = [
+            pk
+            for pk, row in alive.items()
+            if row["published"]
+            and relation_text(row["source__name"], row["target__name"], new_keywords[pk])
+            != relation_text(row["source__name"], row["target__name"], row["keywords"])
+        ]
+        vectors = dict(
+            zip(
+                moved,
+                relation_vectors(
+                    [(alive[pk]["source__name"], alive[pk]["target__name"], new_keywords[pk]) for pk in moved]
+                ),
+                strict=True,
+            )
         )
         updates = {}
         for pk, row in alive.items():

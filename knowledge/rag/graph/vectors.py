@@ -11,7 +11,7 @@ from psycopg.types import TypeInfo
 from knowledge.models import Chunk, Entity, Relation
 from knowledge.rag import llm
 from knowledge.rag.chunking import embedding_text
-from knowledge.rag.graph.describe import entity_embedding_text, relation_embedding_text
+from knowledge.rag.graph.embedding import entity_vectors, relation_vectors
 
 _COLUMN_TYPES = {
     "name": "text",
@@ -159,17 +159,16 @@ def _as_vector(vector):
 def embed_published(*, entity_ids: Iterable[int] = (), relation_ids: Iterable[int] = ()) -> None:
     """Embed published entities and relations again from their current names (after a rename or
     a merge changed them); unpublished rows get theirs when their document is published."""
-    entities = list(Entity.objects.published().filter(pk__in=list(entity_ids)).values_list("pk", "name", "description"))
+    entities = list(Entity.objects.published().filter(pk__in=list(entity_ids)).values_list("pk", "name"))
     relations = list(
         Relation.objects.published()
         .filter(pk__in=list(relation_ids))
-        .values_list("pk", "source__name", "target__name", "keywords", "description")
+        .values_list("pk", "source__name", "target__name", "keywords")
     )
-    texts = [entity_embedding_text(name, description) for _, name, description in entities]
-    texts += [relation_embedding_text(*row[1:]) for row in relations]
-    vectors = iter(llm.embed(texts, purpose="passage"))
-    update_rows(Entity, {pk: {"embedding": next(vectors)} for pk, *_ in entities})
-    update_rows(Relation, {pk: {"embedding": next(vectors)} for pk, *_ in relations})
+    vectors = entity_vectors([name for _, name in entities])
+    update_rows(Entity, {pk: {"embedding": vector} for (pk, _), vector in zip(entities, vectors, strict=True)})
+    vectors = relation_vectors([row[1:] for row in relations])
+    update_rows(Relation, {row[0]: {"embedding": vector} for row, vector in zip(relations, vectors, strict=True)})
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,13 +202,13 @@ def resize_vector_columns(dimensions: int) -> None:
             )
 
 
-def _reembed(model, queryset, text_of) -> int:
+def _reembed(model, queryset, embed) -> int:
     done, last = 0, 0
     while True:
         page = list(queryset.filter(pk__gt=last).order_by("pk")[:REEMBED_PAGE])
         if not page:
             return done
-        vectors = llm.embed([text_of(row) for row in page], purpose="passage")
+        vectors = embed(page)
         update_rows(model, {row["pk"]: {"embedding": vector} for row, vector in zip(page, vectors, strict=True)})
         done += len(page)
         last = page[-1]["pk"]
@@ -218,24 +217,27 @@ def _reembed(model, queryset, text_of) -> int:
 def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
     """Embed every published chunk, entity and relation of the workspace again with the current
     embedding model (unpublished ones get theirs when their document is published)."""
+    from knowledge.rag.graph.embedding import clear_cache
+
+    clear_cache()
     return {
         "chunks": _reembed(
             Chunk,
             Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "section", "text"),
-            lambda row: embedding_text(row["section"], row["text"]),
+            lambda page: llm.embed([embedding_text(row["section"], row["text"]) for row in page], purpose="passage"),
         ),
         "entities": _reembed(
             Entity,
-            Entity.objects.published().filter(workspace_id=workspace_id).values("pk", "name", "description"),
-            lambda row: entity_embedding_text(row["name"], row["description"]),
+            Entity.objects.published().filter(workspace_id=workspace_id).values("pk", "name"),
+            lambda page: entity_vectors([row["name"] for row in page]),
         ),
         "relations": _reembed(
             Relation,
             Relation.objects.published()
             .filter(workspace_id=workspace_id)
-            .values("pk", "source__name", "target__name", "keywords", "description"),
-            lambda row: relation_embedding_text(
-                row["source__name"], row["target__name"], row["keywords"], row["description"]
+            .values("pk", "source__name", "target__name", "keywords"),
+            lambda page: relation_vectors(
+                [(row["source__name"], row["target__name"], row["keywords"]) for row in page]
             ),
         ),
     }

@@ -8,15 +8,18 @@ The ranking rules follow the paper and its reference implementation:
 - hybrid interleaves both; mix adds a chunk search with the whole question (its vector and its
   words, fused by reciprocal rank); naive is that chunk search alone; bypass retrieves nothing.
 - local also looks the low-level keywords up by entity name, so an entity named exactly is found.
-Of the chunks the retrieved entities and relations come from, those nearest to the question go
-into the context (LightRAG's VECTOR chunk pick); GRAPH_CHUNK_PICK=support prefers instead those
-that support more of the retrieved rows.
+Which passages enter the context is where we part from LightRAG: in every graph mode the passages
+are ranked by a walk over the graph of passages and entities (walk.py, Personalized PageRank as in
+HippoRAG), seeded by the question's nearest passages (mix) and by the entities its keywords found
+(the local side) or the endpoints of the relations they found (the global side). So a passage two
+hops away, reached only through an entity both passages mention, can answer (decision 0072).
 
 Every stage costs a fixed number of SQL queries whatever top_k is (see tests), and every
 queryset is filtered by the workspace.
 """
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -62,7 +65,9 @@ from knowledge.rag.retrieval.searches import (
     relations_among_entities,
     relations_around_entities,
     relations_nearest,
+    walk_edges,
 )
+from knowledge.rag.retrieval.walk import spread
 
 __all__ = [
     "DEFAULT_CHUNK_TOP_K",
@@ -93,6 +98,15 @@ _CHUNK_SEARCH_MODES = {"naive", "mix"}
 
 DEFAULT_TOP_K = 40
 DEFAULT_CHUNK_TOP_K = 20
+# The walk: how many entities seed it (those found first), how many passages each walked entity
+# leads to (the nearest to the question), how sharply a seed passage's weight falls with its
+# distance to the question (exp(-SHARPNESS * distance gap to the nearest)), and what share of the
+# seeds' weight the entities carry when passages seed too. Chosen on the tuning half of HotpotQA
+# (benchmarks/multihop.py); the plateau is wide (docs/decisions/0072).
+WALK_SEED_ENTITIES = 10
+WALK_FANOUT = 30
+WALK_SHARPNESS = 20.0
+ENTITY_SEED_WEIGHT = 0.2
 # No relation row renders in fewer tokens than this (id, two names, separators, two numbers),
 # so fetching budget // this many one-hop relations can never cut a row the budget would keep.
 _MIN_RELATION_ROW_TOKENS = 8
@@ -133,17 +147,15 @@ def _embed_queries(*, mode, keywords, question, history, vectors, usage) -> Quer
         wanted["low_level"] = ", ".join(keywords.low_level) or question
     if mode in _GLOBAL_MODES and vectors.high_level is None:
         wanted["high_level"] = ", ".join(keywords.high_level) or question
-    if (mode in _CHUNK_SEARCH_MODES or _picks_graph_chunks_by_vector(mode)) and vectors.question is None:
+    # Every mode but bypass reads the question's vector: naive and mix search with it, and the walk
+    # picks the passages it leads to by it.
+    if vectors.question is None:
         asked = [turn["content"] for turn in history if turn["role"] == "user"]
         wanted["question"] = "\n".join([*asked, question])
     if not wanted:
         return vectors
     embedded = llm.embed(list(wanted.values()), purpose="query", usage=usage)
     return replace(vectors, **dict(zip(wanted, embedded, strict=True)))
-
-
-def _picks_graph_chunks_by_vector(mode: str) -> bool:
-    return mode not in {"naive", "bypass"} and settings.GRAPH_CHUNK_PICK == "vector"
 
 
 def retrieve(
@@ -258,17 +270,24 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     for i, row in enumerate(result.relations, 1):
         row.id = f"R{i}"
 
+    walked = []
+    if mode != "naive":
+        walked = _walk(
+            workspace=workspace,
+            found_chunks=found_chunks,
+            seed_entities=_seed_entities(found_entities, found.get("global", []), mode),
+            vector=vectors.question,
+        )[:chunk_top_k]
+    stats.lap("walk")
+
     node_ids = subgraph_nodes(result, known)
     lookups = {}
     if mode != "naive":
         lookups["provenance"] = lambda: chunks_supporting(
             workspace=workspace,
+            chunk_ids=walked,
             entity_ids=[row.entity_id for row in result.entities],
             relation_ids=[row.relation_id for row in result.relations],
-            from_entities=mode in _LOCAL_MODES,
-            from_relations=mode in _GLOBAL_MODES,
-            k=chunk_top_k,
-            vector=vectors.question if _picks_graph_chunks_by_vector(mode) else None,
         )
     if len(node_ids) > 1:
         lookups["edges"] = lambda: relations_among_entities(
@@ -279,32 +298,39 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     result.subgraph = build_subgraph(result, known, node_ids, looked_up.get("edges", []))
     stats.lap("lookups")
 
-    graph_chunks = [
-        ChunkRow(id="", text=c["text"], found_by="graph", **{name: c[name] for name in _CHUNK_FIELDS})
-        for c in provenance
-        if c["in_top"]
-    ]
-    searched_chunks = [
-        ChunkRow(
-            id="",
-            chunk_id=c.pk,
-            document_id=c.document_id,
-            document_title=c.document_title,
-            text=c.text,
-            token_count=c.token_count,
-            char_start=c.char_start,
-            char_end=c.char_end,
-            support=0,
-            found_by="search",
-            section=c.section,
-            location=c.location,
-            page_start=c.page_start,
-            page_end=c.page_end,
-            anchor=c.anchor,
-        )
-        for c in found_chunks
-    ]
-    chunk_candidates = _interleave(searched_chunks, graph_chunks, key=lambda row: row.chunk_id)[:chunk_top_k]
+    searched = {c.pk for c in found_chunks if c.distance is not None}
+    if mode == "naive":
+        chunk_candidates = [
+            ChunkRow(
+                id="",
+                chunk_id=c.pk,
+                document_id=c.document_id,
+                document_title=c.document_title,
+                text=c.text,
+                token_count=c.token_count,
+                char_start=c.char_start,
+                char_end=c.char_end,
+                support=0,
+                found_by="search",
+                section=c.section,
+                location=c.location,
+                page_start=c.page_start,
+                page_end=c.page_end,
+                anchor=c.anchor,
+            )
+            for c in found_chunks
+        ]
+    else:
+        chunk_candidates = [
+            ChunkRow(
+                id="",
+                text=c["text"],
+                found_by="search" if c["chunk_id"] in searched else "graph",
+                **{name: c[name] for name in _CHUNK_FIELDS},
+            )
+            for c in provenance
+            if c["in_top"]
+        ]
     if rerank_configured() and chunk_candidates:
         chunk_candidates = _reranked(result, chunk_candidates)
         stats.lap("rerank")
@@ -346,6 +372,50 @@ _CHUNK_FIELDS = (
     "page_end",
     "anchor",
 )
+
+
+def _seed_entities(found_entities, found_relations, mode) -> list[int]:
+    """The entities a walk starts from, best first: those the low-level keywords found (named
+    exactly first), then the endpoints of the relations the high-level keywords found."""
+    local = [entity.pk for entity in found_entities] if mode in _LOCAL_MODES else []
+    ends = [pk for r in found_relations for pk in (r.source_id, r.target_id)] if mode in _GLOBAL_MODES else []
+    return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:WALK_SEED_ENTITIES]
+
+
+def _walk(*, workspace, found_chunks, seed_entities, vector) -> list[int]:
+    """Passage ids ranked by the walk from the found passages and the seed entities (walk.py)."""
+    if not found_chunks and not seed_entities:
+        return []
+    distances = [c.distance for c in found_chunks if c.distance is not None]
+    nearest = min(distances, default=0.0)
+    seeds: dict[tuple[str, int], float] = {}
+    for chunk in found_chunks:
+        if chunk.distance is not None:
+            seeds[("c", chunk.pk)] = math.exp(-WALK_SHARPNESS * (chunk.distance - nearest))
+        else:  # found by its words alone: as strong as the nearest passage, down its word ranking
+            seeds[("c", chunk.pk)] = 1.0 / chunk.lexical_rank
+    passages = sum(seeds.values())
+    share = ENTITY_SEED_WEIGHT * passages if passages else 1.0
+    weights = [1.0 / place for place in range(1, len(seed_entities) + 1)]
+    for pk, weight in zip(seed_entities, weights, strict=True):
+        seeds[("e", pk)] = seeds.get(("e", pk), 0.0) + share * weight / sum(weights)
+    edges = walk_edges(
+        workspace=workspace,
+        chunk_ids=[chunk.pk for chunk in found_chunks],
+        entity_ids=seed_entities,
+        vector=vector,
+        fanout=WALK_FANOUT,
+    )
+    graph = [(("e", entity), ("c", chunk), 1.0) for entity, chunk in edges.mentions]
+    graph += [(("e", a), ("e", b), 1.0) for a, b in edges.synonyms]
+    rank = spread(seeds, graph)
+    # Ties (passages the walk never reached) keep the search's order, then the question's distance.
+    order = {chunk.pk: place for place, chunk in enumerate(found_chunks)}
+    passages = {node[1] for node in rank if node[0] == "c"} | set(order)
+    return sorted(
+        passages,
+        key=lambda pk: (-rank.get(("c", pk), 0.0), order.get(pk, len(order)), edges.distances.get(pk, 2.0), pk),
+    )
 
 
 def _reranked(result: RetrievalResult, candidates: list[ChunkRow]) -> list[ChunkRow]:

@@ -5,6 +5,7 @@ Callers pass the workspace they already checked; nothing here decides who may re
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
@@ -370,6 +371,90 @@ def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int],
     )
 
 
+# The neighbourhood a walk spreads over, in one query: the entities the seed passages mention
+# and the seed entities, their synonyms, and for each of those entities the `fanout` passages that
+# mention it nearest to the question (of the first WALK_SCAN of its mentions, so a hub mentioned
+# by thousands of passages costs a bounded number of distances). Only what is served is walked:
+# published entities, passages of processed documents with their vector.
+_WALK_SQL = """
+WITH hop AS MATERIALIZED (
+    SELECT s.entity_id AS id FROM knowledge_entitysource s WHERE s.chunk_id = ANY(%(chunk_ids)s)
+    UNION
+    SELECT unnest(%(entity_ids)s::bigint[])
+), synonyms AS MATERIALIZED (
+    SELECT l.source_id, l.target_id FROM knowledge_entitylink l
+    WHERE l.workspace_id = %(workspace_id)s
+      AND (l.source_id IN (SELECT id FROM hop) OR l.target_id IN (SELECT id FROM hop))
+), walked AS MATERIALIZED (
+    SELECT e.id FROM knowledge_entity e
+    WHERE e.workspace_id = %(workspace_id)s AND e.published
+      AND e.id IN (SELECT id FROM hop UNION SELECT source_id FROM synonyms UNION SELECT target_id FROM synonyms)
+), served AS (
+    SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
+    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'
+)
+SELECT 'M', s.entity_id, s.chunk_id, NULL::float
+FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id
+WHERE s.chunk_id = ANY(%(chunk_ids)s)
+UNION ALL
+SELECT 'M', w.id, m.chunk_id, m.distance
+FROM walked w CROSS JOIN LATERAL (
+    SELECT c.id AS chunk_id, c.embedding <=> %(vector)s::vector AS distance
+    FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
+    JOIN served c ON c.id = s.chunk_id
+    WHERE NOT c.id = ANY(%(chunk_ids)s)
+    ORDER BY distance, c.id
+    LIMIT %(fanout)s
+) m
+UNION ALL
+SELECT 'S', source_id, target_id, NULL FROM synonyms
+WHERE source_id IN (SELECT id FROM walked) AND target_id IN (SELECT id FROM walked)
+"""
+WALK_SCAN = 200
+
+
+@dataclass
+class WalkEdges:
+    """What searches.walk_edges found: (entity id, chunk id) mentions, (entity, entity) synonym
+    pairs, and the question's distance to each passage reached beyond the seeds."""
+
+    mentions: list[tuple[int, int]] = field(default_factory=list)
+    synonyms: list[tuple[int, int]] = field(default_factory=list)
+    distances: dict[int, float] = field(default_factory=dict)
+
+
+def walk_edges(
+    *,
+    workspace: Workspace,
+    chunk_ids: Sequence[int],
+    entity_ids: Sequence[int],
+    vector: Sequence[float],
+    fanout: int,
+) -> WalkEdges:
+    """The edges around the seed passages and entities that a walk spreads over, in one query."""
+    edges = WalkEdges()
+    if not chunk_ids and not entity_ids:
+        return edges
+    params = {
+        "workspace_id": workspace.pk,
+        "chunk_ids": list(chunk_ids),
+        "entity_ids": list(entity_ids),
+        "vector": _vector_literal(vector),
+        "fanout": fanout,
+        "scan": WALK_SCAN,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_WALK_SQL, params)
+        for kind, a, b, distance in cursor.fetchall():
+            if kind == "S":
+                edges.synonyms.append((a, b))
+                continue
+            edges.mentions.append((a, b))
+            if distance is not None:
+                edges.distances[b] = distance
+    return edges
+
+
 _CHUNKS_SUPPORTING_SQL = """
 WITH hidden AS (
     -- Chunks of documents not published yet (or failed): nothing is served from them.
@@ -380,23 +465,18 @@ WITH hidden AS (
 ), relation_rows AS (
     SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), links AS (
-    SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, %(from_entities)s AS reaches, s.description
+    SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, s.description
     FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
     WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
     UNION ALL
-    SELECT s.chunk_id, 'R', s.relation_id, r.pos, %(from_relations)s, s.description
+    SELECT s.chunk_id, 'R', s.relation_id, r.pos, s.description
     FROM knowledge_relationsource s JOIN relation_rows r ON r.id = s.relation_id
     WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
 ), per_chunk AS (
-    SELECT chunk_id, count(*) AS support, bool_or(reaches) AS reached, min(pos) FILTER (WHERE reaches) AS first_pos
-    FROM links GROUP BY chunk_id
-), pool AS (
-    SELECT chunk_id, support, first_pos FROM per_chunk WHERE reached
-    ORDER BY support DESC, first_pos, chunk_id LIMIT %(pool)s
+    SELECT chunk_id, count(*) AS support, min(pos) AS first_pos FROM links GROUP BY chunk_id
 ), top AS (
-    SELECT p.chunk_id, row_number() OVER (ORDER BY {pick}) AS place
-    FROM pool p JOIN knowledge_chunk c ON c.id = p.chunk_id
-    ORDER BY place LIMIT %(k)s
+    SELECT id AS chunk_id, place FROM unnest(%(chunk_ids)s::bigint[]) WITH ORDINALITY AS t (id, place)
+    WHERE id NOT IN (SELECT id FROM hidden)
 ), best AS (
     SELECT DISTINCT ON (l.kind, l.item) l.chunk_id
     FROM links l JOIN per_chunk p USING (chunk_id)
@@ -407,22 +487,16 @@ WITH hidden AS (
     SELECT chunk_id, false, NULL FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
 )
 SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
-       CASE WHEN w.in_top THEN c.text END, c.token_count, p.support, w.in_top,
+       CASE WHEN w.in_top THEN c.text END, c.token_count, coalesce(p.support, 0), w.in_top,
        (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id),
        c.section, c.location, c.page_start, c.page_end, c.anchor
-FROM (SELECT DISTINCT chunk_id, in_top, place FROM wanted) w
-JOIN per_chunk p ON p.chunk_id = w.chunk_id
+FROM wanted w
+LEFT JOIN per_chunk p ON p.chunk_id = w.chunk_id
 JOIN knowledge_chunk c ON c.id = w.chunk_id
 JOIN knowledge_document d ON d.id = c.document_id
 WHERE c.workspace_id = %(workspace_id)s
 ORDER BY w.in_top DESC, w.place, p.support DESC, p.first_pos NULLS LAST, c.id
 """
-# Chunks nearest to the question first (LightRAG's VECTOR pick), or the best supported.
-_PICK_NEAREST = "c.embedding <=> %(vector)s::vector, p.support DESC, p.first_pos, p.chunk_id"
-_PICK_SUPPORTED = "p.support DESC, p.first_pos, p.chunk_id"
-# The vector pick ranks at most this many of the best-supported chunks, so a hub entity with
-# thousands of chunks costs a bounded number of distances.
-GRAPH_CHUNK_POOL = 500
 
 _CHUNK_COLUMNS = (
     "chunk_id",
@@ -446,36 +520,23 @@ _CHUNK_COLUMNS = (
 def chunks_supporting(
     *,
     workspace: Workspace,
+    chunk_ids: Sequence[int],
     entity_ids: Sequence[int],
     relation_ids: Sequence[int],
-    from_entities: bool,
-    from_relations: bool,
-    k: int,
-    vector: Sequence[float] | None = None,
 ) -> list[dict]:
-    """Source chunks of retrieved entities and relations, in one query.
-
-    A chunk's `support` is how many of the given entities and relations it was extracted for.
-    The `k` best chunks reached from the entities (`from_entities`) and/or the relations
-    (`from_relations`) come first with their text (`in_top`): the nearest to `vector` among
-    the GRAPH_CHUNK_POOL best supported when a vector is given, else the best supported. After
-    them, without text, the best-supported chunk of every other row, so each entity and relation
-    can be cited. `links` lists the rows each chunk supports as (kind "E" or "R", id, description
-    in that chunk). Ties go to the chunk of the row listed first.
-    """
-    if not entity_ids and not relation_ids:
+    """The given passages with their text, in their order (`in_top`), then, without text, the
+    best-supported passage of every given entity and relation not among them, so each can be
+    cited; in one query. A passage's `support` is how many of the given entities and relations it
+    was extracted for, and `links` lists them as (kind "E" or "R", id, description in that
+    passage). Passages of documents not published are left out."""
+    if not chunk_ids and not entity_ids and not relation_ids:
         return []
     params = {
         "workspace_id": workspace.pk,
+        "chunk_ids": list(chunk_ids),
         "entity_ids": list(entity_ids),
         "relation_ids": list(relation_ids),
-        "from_entities": from_entities,
-        "from_relations": from_relations,
-        "k": k,
-        "pool": max(k, GRAPH_CHUNK_POOL),
-        "vector": None if vector is None else _vector_literal(vector),
     }
-    sql = _CHUNKS_SUPPORTING_SQL.format(pick=_PICK_SUPPORTED if vector is None else _PICK_NEAREST)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_CHUNKS_SUPPORTING_SQL, params)
         return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]

@@ -25,6 +25,7 @@ from knowledge.models import (
     Document,
     Entity,
     EntityAlias,
+    EntityLink,
     EntitySource,
     GraphRebuild,
     Membership,
@@ -222,6 +223,14 @@ TABLES = (
         refs={"relation_id": "relations", "chunk_id": "chunks"},
     ),
     Table("entity_aliases", EntityAlias, _in(EntityAlias, "workspace"), refs={**_WS, "entity_id": "entities"}),
+    # Archives written before synonym links have none; the next publish links what it touches.
+    Table(
+        "entity_links",
+        EntityLink,
+        _in(EntityLink, "workspace"),
+        refs={**_WS, "source_id": "entities", "target_id": "entities"},
+        optional=True,
+    ),
     Table(
         "merge_logs",
         MergeLog,

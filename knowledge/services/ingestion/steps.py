@@ -350,34 +350,36 @@ def touched_rows(document: Document) -> tuple[list[int], list[int]]:
 
 def _stage_row_vectors(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
     """Vectors for the unpublished rows among these that the document has none for yet."""
-    wanted: dict[str, dict[int, str]] = {
-        PendingVector.Kind.ENTITY: {
-            pk: graph.entity_embedding_text(name, description)
-            for pk, name, description in Entity.objects.filter(pk__in=entity_ids, published=False).values_list(
-                "pk", "name", "description"
-            )
-        },
-        PendingVector.Kind.RELATION: {
-            pk: graph.relation_embedding_text(source, target, keywords, description)
-            for pk, source, target, keywords, description in Relation.objects.filter(
-                pk__in=relation_ids, published=False
-            ).values_list("pk", "source__name", "target__name", "keywords", "description")
-        },
+    entities = dict(Entity.objects.filter(pk__in=entity_ids, published=False).values_list("pk", "name"))
+    relations = {
+        pk: (source, target, keywords)
+        for pk, source, target, keywords in Relation.objects.filter(pk__in=relation_ids, published=False).values_list(
+            "pk", "source__name", "target__name", "keywords"
+        )
+    }
+    wanted = {
+        PendingVector.Kind.ENTITY: (
+            {pk: graph.entity_text(name) for pk, name in entities.items()},
+            lambda pks: graph.entity_vectors([entities[pk] for pk in pks]),
+        ),
+        PendingVector.Kind.RELATION: (
+            {pk: graph.relation_text(*row) for pk, row in relations.items()},
+            lambda pks: graph.relation_vectors([relations[pk] for pk in pks]),
+        ),
     }
     have = set(
         PendingVector.objects.filter(document=document, kind__in=list(wanted)).values_list(
             "kind", "row_id", "text_hash"
         )
     )
-    for kind, texts in wanted.items():
+    for kind, (texts, embed) in wanted.items():
         needed = {pk: _text_hash(text) for pk, text in texts.items() if (kind, pk, _text_hash(text)) not in have}
         copied = stage_vectors_of_others(document_id=document.pk, kind=kind, wanted=needed)
         todo = [pk for pk in needed if pk not in copied]
-        vectors = llm.embed([texts[pk] for pk in todo], purpose="passage")
         stage_vectors(
             document_id=document.pk,
             kind=kind,
-            rows=[(pk, needed[pk], vector) for pk, vector in zip(todo, vectors, strict=True)],
+            rows=[(pk, needed[pk], vector) for pk, vector in zip(todo, embed(todo), strict=True)],
         )
 
 
@@ -429,6 +431,8 @@ def _publish(document: Document, owner: str) -> None:
             with transaction.atomic():
                 _checked(document, owner)
                 published = publish_vectors(document_id=document.pk)
+                # With their vectors published, the document's entities find their synonyms.
+                graph.link_synonyms(entity_ids)
                 now = timezone.now()
                 _checked(
                     document,

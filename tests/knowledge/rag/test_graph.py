@@ -145,7 +145,7 @@ def test_without_a_chat_model_descriptions_are_fragments_within_the_token_budget
     ]
 
 
-def test_a_published_entity_is_embedded_again_only_when_its_text_changes(workspace, chunks, openai_double):
+def test_a_published_entity_is_embedded_again_only_when_its_name_changes(workspace, chunks, openai_double):
     graph.merge_chunks(
         workspace_id=workspace.pk,
         records_by_chunk={chunks[0].pk: _records(("Ada", "person", "First."), ("Babbage", "person", "Inventor."))},
@@ -154,20 +154,20 @@ def test_a_published_entity_is_embedded_again_only_when_its_text_changes(workspa
     assert openai_double.embedding_requests() == []  # unpublished rows get vectors when their document is published
     Entity.objects.update(published=True, embedding=[1.0] + [0.0] * (settings.EMBEDDING_DIM - 1))
     graph.merge_chunks(
-        workspace_id=workspace.pk, records_by_chunk={chunks[1].pk: _records(("Ada", "person", "Second."))}
+        workspace_id=workspace.pk, records_by_chunk={chunks[1].pk: _records(("ADA", "person", "Second."))}
     )
 
     graph.rebuild_entities(entity_ids=Entity.objects.values_list("pk", flat=True))
 
     ada = Entity.objects.get(key="ada")
     assert ada.description == "First.\nSecond."
-    assert openai_double.embedding_requests() == []  # the description grew below its first line
+    assert openai_double.embedding_requests() == []  # a vector is the name, not the description
     EntitySource.objects.filter(entity=ada, chunk=chunks[0]).delete()
 
     graph.rebuild_entities(entity_ids=[ada.pk])
 
     (request,) = openai_double.embedding_requests()
-    assert request.body["input"] == ["Ada\nSecond."]
+    assert request.body["input"] == ["ADA"]  # the spelling of the sources that remain
 
 
 @pytest.mark.django_db(transaction=True)

@@ -48,35 +48,22 @@ def test_it_ranks_global_relations_by_edge_rank_and_adds_their_endpoints(graph, 
     assert [row.rank for row in result.entities] == [3, 1, 2, 1]
 
 
-def test_among_equally_near_chunks_it_prefers_those_that_support_more_retrieved_rows(graph, workspace):
+def test_the_walk_puts_first_the_passage_that_mentions_the_most_found_entities(graph, workspace):
     result = ask(workspace, "local")
 
-    assert [row.text for row in result.chunks] == [
+    assert result.chunks[0].text == "Alice, Bob and Carol met Dave."
+    assert {row.text for row in result.chunks} == {
         "Alice, Bob and Carol met Dave.",
         "Bob and Erin pair daily.",
         "Alice joined in 2020.",
-    ]
-    assert [row.support for row in result.chunks] == [4, 2, 1]
+    }
+    assert {row.found_by for row in result.chunks} == {"graph"}
 
 
-def test_it_puts_the_graph_chunk_nearest_to_the_question_first_unless_told_to_count_support(graph, workspace, settings):
-    _, _, chunks = graph
-    chunks["alice-only"].embedding = leaning(QUESTION, 0.8)
-    chunks["alice-only"].save()
-
-    assert [row.text for row in ask(workspace, "local").chunks] == [
-        "Alice joined in 2020.",
-        "Alice, Bob and Carol met Dave.",
-        "Bob and Erin pair daily.",
-    ]
-    settings.GRAPH_CHUNK_PICK = "support"
-    assert [row.support for row in ask(workspace, "local").chunks] == [4, 2, 1]
-
-
-def test_it_takes_global_chunks_from_the_relations_provenance(graph, workspace):
+def test_global_walks_from_the_endpoints_of_the_relations_it_found(graph, workspace):
     result = ask(workspace, "global")
 
-    assert [row.text for row in result.chunks] == ["Bob and Erin pair daily."]
+    assert [row.text for row in result.chunks] == ["Bob and Erin pair daily.", "Alice, Bob and Carol met Dave."]
 
 
 def test_it_interleaves_local_and_global_rows_in_hybrid_mode(graph, workspace):
@@ -199,7 +186,7 @@ def test_it_never_retrieves_from_another_workspace(graph, workspace):
 
 
 @pytest.mark.parametrize(
-    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 3), ("local", 4), ("hybrid", 5), ("mix", 6)]
+    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 4), ("local", 5), ("hybrid", 6), ("mix", 7)]
 )
 @pytest.mark.parametrize("top_k", [5, 60])
 def test_it_builds_each_context_in_a_fixed_number_of_queries(
@@ -228,7 +215,7 @@ def test_outside_a_transaction_the_independent_queries_run_on_pool_threads_with_
         return run_on_pool(call, wrapper)
 
     monkeypatch.setattr(concurrent, "_on_own_connection", spy)
-    for mode, queries in [("global", 3), ("local", 4), ("hybrid", 5), ("mix", 6)]:
+    for mode, queries in [("global", 4), ("local", 5), ("hybrid", 6), ("mix", 7)]:
         threads.clear()
         side_by_side = ask(workspace, mode)
         assert threads, mode

@@ -1,0 +1,89 @@
+"""Synonym links: entities that are one thing under two surface forms.
+
+Two entities are linked when they share a surface form (names.surface_form: case, punctuation,
+spaces and plural endings aside) or when their name vectors are nearly identical and their names
+agree (the same digits, mostly the same letters). The second condition is what keeps "IPv6" and
+"IPv4", or "Canada" and "Australia", apart: name vectors of related names are close, and only the
+name itself says they differ. Links are made when a document publishes (its entities then have
+their vectors), read by the walk of retrieval and listed first on the duplicates page; merging
+the two is the curator's call (decision 0073).
+"""
+
+import re
+from collections.abc import Iterable
+from difflib import SequenceMatcher
+
+from django.db import connection
+
+from knowledge.rag.names import surface_form
+
+SYNONYM_COSINE = 0.93
+NAME_AGREEMENT = 0.8
+NEAREST = 5
+_DIGITS = re.compile(r"\d+")
+
+
+def names_agree(first: str, second: str) -> bool:
+    """Whether two names could spell one thing: the same numbers, and forms mostly alike."""
+    a, b = surface_form(first), surface_form(second)
+    if not a or not b or _DIGITS.findall(a) != _DIGITS.findall(b):
+        return False
+    return a == b or SequenceMatcher(None, a, b).ratio() >= NAME_AGREEMENT
+
+
+# Candidates for the given (published) entities: every other published entity of the workspace
+# with the same form, and the NEAREST by name vector above the cosine floor (one index scan each).
+_CANDIDATES_SQL = """
+WITH given AS MATERIALIZED (
+    SELECT id, workspace_id, name, form, embedding FROM knowledge_entity
+    WHERE id = ANY(%(ids)s) AND published
+)
+SELECT g.id, g.name, o.id, o.name, NULL::float
+FROM given g JOIN knowledge_entity o
+  ON o.workspace_id = g.workspace_id AND o.form = g.form AND o.id <> g.id AND o.published
+WHERE g.form <> ''
+UNION ALL
+SELECT g.id, g.name, n.id, n.name, 1 - n.distance
+FROM given g CROSS JOIN LATERAL (
+    SELECT o.id, o.name, o.embedding <=> g.embedding AS distance
+    FROM knowledge_entity o
+    WHERE o.workspace_id = g.workspace_id AND o.published AND o.id <> g.id
+    ORDER BY o.embedding <=> g.embedding
+    LIMIT %(nearest)s
+) n
+WHERE g.embedding IS NOT NULL AND n.distance <= 1 - %(cosine)s
+"""
+
+_INSERT_SQL = """
+INSERT INTO knowledge_entitylink (workspace_id, source_id, target_id, cosine, created_at)
+SELECT e.workspace_id, l.source_id, l.target_id, l.cosine, now()
+FROM unnest(%(sources)s::bigint[], %(targets)s::bigint[], %(cosines)s::float8[]) AS l (source_id, target_id, cosine)
+JOIN knowledge_entity e ON e.id = l.source_id
+ON CONFLICT (source_id, target_id) DO NOTHING
+"""
+
+
+def link_synonyms(entity_ids: Iterable[int]) -> int:
+    """Link the given published entities to their synonyms in their workspaces, in two queries;
+    returns how many candidate pairs were found (existing links are kept as they are)."""
+    ids = list(entity_ids)
+    if not ids:
+        return 0
+    pairs: dict[tuple[int, int], float | None] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_CANDIDATES_SQL, {"ids": ids, "nearest": NEAREST, "cosine": SYNONYM_COSINE})
+        for a, a_name, b, b_name, cosine in cursor.fetchall():
+            if cosine is not None and not names_agree(a_name, b_name):
+                continue
+            pair = (min(a, b), max(a, b))
+            pairs[pair] = pairs.get(pair, cosine)
+        if pairs:
+            cursor.execute(
+                _INSERT_SQL,
+                {
+                    "sources": [a for a, _ in pairs],
+                    "targets": [b for _, b in pairs],
+                    "cosines": list(pairs.values()),
+                },
+            )
+    return len(pairs)

