@@ -262,8 +262,6 @@ def anchor_keywords(query: str) -> dict:
 
 def query_vectors(mode: str, kw: dict, question: str):
     """What knowledge.rag.retrieval._embed_queries would embed, embedded in-process."""
-    from django.conf import settings
-
     from knowledge.rag.retrieval import QueryVectors
 
     wanted = {}
@@ -271,9 +269,8 @@ def query_vectors(mode: str, kw: dict, question: str):
         wanted["low_level"] = ", ".join(kw["low_level"]) or question
     if mode in ("global", "hybrid", "mix"):
         wanted["high_level"] = ", ".join(kw["high_level"]) or question
-    # Graph modes pick their chunks by the question's vector too (GRAPH_CHUNK_PICK=vector).
-    if mode in ("naive", "mix") or settings.GRAPH_CHUNK_PICK == "vector":
-        wanted["question"] = question
+    # Every mode reads the question's vector: the chunk search, and the walk's passage pick.
+    wanted["question"] = question
     vecs = embed_texts(list(wanted.values()))
     return QueryVectors(**{k: v.tolist() for k, v in zip(wanted, vecs, strict=False)})
 

@@ -9,7 +9,7 @@ from knowledge.rag.llm import embed
 from knowledge.rag.retrieval import MODES, Budgets, Keywords, concurrent, nlp_keywords, parse_keywords, retrieve
 from knowledge.services.workspaces import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_workspace
-from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph, leaning
+from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def test_synonyms_are_linked_by_form_or_by_name_vector_with_agreeing_names(works
     link_synonyms([entity.pk for entity in entities.values()])
 
     linked = {
-        frozenset((entity.name for entity in entities.values() if entity.pk in (link.source_id, link.target_id)))
+        frozenset(entity.name for entity in entities.values() if entity.pk in (link.source_id, link.target_id))
         for link in EntityLink.objects.filter(workspace=workspace)
     }
     assert linked == {
@@ -104,7 +104,8 @@ def test_surface_forms_and_name_agreement():
     assert surface_form("Enums") == surface_form("enum") == "enum"
     assert surface_form("Graph-RAG") == surface_form("GraphRAG")
     assert surface_form("libraries") == "library"
-    assert surface_form("class") == "class" and surface_form("status") == "status"
+    assert surface_form("class") == "class"
+    assert surface_form("status") == "status"
     assert not names_agree("IPv6", "IPv4")
     assert not names_agree("Canada", "Australia")
     assert names_agree("Marcus Ellery", "Marcus Elery")
@@ -115,7 +116,8 @@ def test_spread_reaches_two_hops_and_fades_with_distance():
     rank = spread({"q": 1.0}, edges)
 
     assert rank["q"] > rank["a"] > rank["b"] > rank["c"] > 0
-    assert "x" not in rank and "y" not in rank
+    assert "x" not in rank
+    assert "y" not in rank
     assert sum(rank.values()) == pytest.approx(1.0)
 
 
