@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The project sits beside ../shared on the machines this was written on; --data says where otherwise.
 DATASETS = ROOT.parent / "shared" / "datasets" / "multihop"
 MODES = ["naive", "local", "global", "hybrid", "mix"]
 

@@ -16,16 +16,12 @@ NO_CONTEXT_ANSWER = (
     "I could not find anything about this in the workspace's documents, so I cannot answer it from them. "
     "Try other words, another mode, or check that the documents you expect have been processed."
 )
-EXTRACTIVE_LABEL = (
-    "_Extractive answer: no language model is configured, so these are the sentences from the sources "
-    "that best match your question._"
-)
 # An extractive answer keeps the sentences whose relevance reaches both this floor and this
 # share of the best sentence's, at most EXTRACTIVE_MAX_SENTENCES of them (docs/asking.md, "Extractive
 # answers", says how they were chosen).
 EXTRACTIVE_MIN_RELEVANCE = 0.35
 EXTRACTIVE_RELATIVE_RELEVANCE = 0.65
-EXTRACTIVE_MAX_SENTENCES = 8
+EXTRACTIVE_MAX_SENTENCES = 5
 # How much of a sentence's relevance is covering the question's subjects (the rest is covering
 # what it asks about them).
 EXTRACTIVE_SUBJECT_SHARE = 0.6
@@ -33,6 +29,16 @@ EXTRACTIVE_SUBJECT_SHARE = 0.6
 EXTRACTIVE_PASSAGE_CREDIT = 0.5
 # Two sentences sharing this share of their terms say the same thing; the answer keeps one.
 EXTRACTIVE_DUPLICATE_OVERLAP = 0.8
+# What a unit of the kind the question asks for (a number for "how many", a table or a list for
+# "which ... exist") adds to its relevance; the terms a follow-up takes from the turn before count
+# this much of their weight (the new question's own words say what is asked now).
+EXTRACTIVE_ASK_BONUS = 0.2
+EXTRACTIVE_REFERRED_WEIGHT = 0.5
+# A sentence of a document the question does not name, when it names one by its title ("what
+# does the functional programming HOWTO say about generators"), keeps this share of its relevance.
+EXTRACTIVE_OTHER_DOCUMENT = 0.5
+# Tables and lists longer than this are cut; the citation leads to the rest.
+EXTRACTIVE_MAX_ROWS = 12
 
 
 # "Who founded Acme and where is it based?": a conjunction or a question mark followed by
@@ -45,6 +51,39 @@ _QUESTION_PART = re.compile(
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their|he|him|his|she|her)\b", re.IGNORECASE)
 
 
+_ASKS = (
+    ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|what (?:percentage|number|size))\b"),
+    ("date", r"\b(?:when|what (?:year|date|day|time))\b"),
+    ("name", r"^\s*(?:who|whom|whose)\b"),
+    ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
+             r"^\s*what are the\b"),
+)  # fmt: skip
+_NUMBER = re.compile(r"\d")
+_DATE = re.compile(
+    r"\b(?:1[5-9]\d\d|20\d\d)\b|\b(?:January|February|March|April|May|June|July|August|September|October|"
+    r"November|December)\b"
+)
+_NAME = re.compile(r"(?<!^)(?<![.!?] )\b[A-Z][\w'-]+(?: (?:[A-Z][\w'-]+|de|van|von|of))* [A-Z][\w'-]+")
+_TABLE_LINE = re.compile(r"^[^|\n]+(?: \| [^|\n]*)+$|^\|.*\|$")
+_TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}")
+_LIST_LINE = re.compile(r"^(?:[-*•] |\d{1,2}[.)] )\S")
+
+
+def _ask(question: str) -> str | None:
+    """The kind of answer a question asks for: a number, a date, a name, a list, or None."""
+    return next((kind for kind, pattern in _ASKS if re.search(pattern, question, re.IGNORECASE)), None)
+
+
+def _gives(kind: str, text: str) -> bool:
+    if kind == "number":
+        return bool(_NUMBER.search(re.sub(r"\[S\d+\]", "", text)))
+    if kind == "date":
+        return bool(_DATE.search(text))
+    if kind == "name":
+        return bool(_NAME.search(text))
+    return False
+
+
 @dataclass(eq=False)
 class _Candidate:
     read: Read
@@ -53,6 +92,9 @@ class _Candidate:
     # about it too, even when it does not name it ("2 GB of free disk space.").
     passage: set[str]
     relevance: float = 0.0
+    # "sentence", or "table" and "list" for a block of rows or items read as one unit.
+    kind: str = "sentence"
+    title: frozenset[str] = frozenset()
 
     @property
     def sentence(self) -> Sentence:
@@ -85,18 +127,101 @@ def _question_parts(question: str, keywords: Keywords, earlier: Sequence[str] = 
 
 
 def _candidates(result: RetrievalResult) -> list[_Candidate]:
-    """Every complete sentence of the sources, once: a sentence in two overlapping chunks, or
-    the same words in two documents, is kept where its chunk ranks first."""
+    """Every complete sentence of the sources, once, and every table and list as one unit each:
+    a sentence in two overlapping chunks, or the same words in two documents, is kept where its
+    chunk ranks first."""
     found, seen = [], set()
     for row in result.chunks:
         passage = content_terms(f"{row.document_title}\n{row.text}")
-        for read in chunk_sentences(row.text, row.char_start):
+        title = frozenset(content_terms(row.document_title))
+        reads = chunk_sentences(row.text, row.char_start)
+        for read in reads:
             key = " ".join(WORD.findall(read.sentence.text.casefold()))
             if not read.sentence.complete or key in seen:
                 continue
             seen.add(key)
-            found.append(_Candidate(read, row, passage))
+            found.append(_Candidate(read, row, passage, title=title))
+        for kind, block in _blocks(row.text):
+            key = " ".join(WORD.findall(block.text.casefold()))
+            if key in seen:
+                continue
+            seen.add(key)
+            start, end = row.char_start + block.start, row.char_start + block.end
+            lead = _introduction(reads, row, block)
+            terms = frozenset(content_terms(block.text))
+            read = Read(
+                Sentence(block.text, start, end, True),
+                terms,
+                terms | (content_terms(lead.text) if lead else set()),
+                lead,
+            )
+            found.append(_Candidate(read, row, passage, kind=kind, title=title))
     return found
+
+
+_INTRODUCES = re.compile(r"\b(?:following|below|table|list)\b|:$", re.IGNORECASE)
+
+
+def _introduction(reads: Sequence[Read], row: ChunkRow, block) -> Sentence | None:
+    """The sentence that introduces a table or a list: of the paragraph right above it, the one
+    that says so ("... given in the following table."), else its last."""
+    above = []
+    for read in reads:
+        if read.sentence.end - row.char_start > block.start:
+            break
+        gap = row.text[read.sentence.end - row.char_start : block.start]
+        if (
+            gap.count("\n") > 2
+            and above
+            and "\n\n" in row.text[above[-1].end - row.char_start : read.sentence.start - row.char_start]
+        ):
+            above = []
+        above.append(read.sentence)
+    if not above or row.text[above[-1].end - row.char_start : block.start].count("\n") > 2:
+        return None
+    return next((sentence for sentence in above if _INTRODUCES.search(sentence.text)), above[-1])
+
+
+@dataclass(frozen=True)
+class _Block:
+    text: str
+    start: int
+    end: int
+
+
+def _blocks(text: str) -> list[tuple[str, _Block]]:
+    """The tables (runs of "a | b" rows, the first its header) and lists (runs of "- item" lines)
+    of a chunk, as Markdown the answer can show: a table keeps its header above its rows."""
+    blocks, run, kind = [], [], None
+    position = 0
+    lines = []
+    for line in text.split("\n"):
+        lines.append((line, position))
+        position += len(line) + 1
+
+    def close():
+        if len(run) >= 2:
+            start, end = run[0][1], run[-1][1] + len(run[-1][0])
+            if kind == "table":
+                rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line, _ in run]
+                rows = [row for row in rows if not _TABLE_RULE.match(" | ".join(row))]
+                header, body = rows[0], rows[1 : EXTRACTIVE_MAX_ROWS + 1]
+                shown = [f"| {' | '.join(header)} |", "|" + "---|" * len(header)]
+                shown += [f"| {' | '.join(row)} |" for row in body]
+            else:
+                shown = [line.strip() for line, _ in run[:EXTRACTIVE_MAX_ROWS]]
+            blocks.append((kind, _Block("\n".join(shown), start, end)))
+
+    for line, start in lines:
+        stripped = line.strip()
+        line_kind = "table" if _TABLE_LINE.match(stripped) else "list" if _LIST_LINE.match(stripped) else None
+        if line_kind != kind:
+            close()
+            run, kind = [], line_kind
+        if line_kind:
+            run.append((line, start))
+    close()
+    return blocks
 
 
 def _near_duplicate(candidate: _Candidate, chosen: Sequence[_Candidate]) -> bool:
@@ -108,25 +233,42 @@ def _near_duplicate(candidate: _Candidate, chosen: Sequence[_Candidate]) -> bool
 
 
 def extractive_answer(question: str, result: RetrievalResult, response_type: str = DEFAULT_RESPONSE_TYPE) -> str:
-    """The sources' sentences that answer the question, best first, each with its [S#].
+    """The sources' sentences, tables and lists that answer the question, best first, each with its [S#].
 
-    A term weighs its inverse document frequency over the candidate sentences (the words that
-    tell sentences apart count most). A sentence's relevance to a part of the question mixes
+    A term weighs its inverse document frequency over the candidates (the words that tell them
+    apart count most); the terms a follow-up takes from the turn before weigh
+    EXTRACTIVE_REFERRED_WEIGHT of theirs. A candidate's relevance to a part of the question mixes
     the shares it covers of the part's subjects (low-level keyword terms, weighing
-    EXTRACTIVE_SUBJECT_SHARE; one its passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of
-    the rest. Kept: for a compound
-    question first the best sentence of each part, then every sentence above the floor, best
-    first, each once, at most EXTRACTIVE_MAX_SENTENCES."""
+    EXTRACTIVE_SUBJECT_SHARE; one its passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of the
+    rest, plus EXTRACTIVE_ASK_BONUS when it gives what the question asks for (a number, a date, a
+    name, a table or a list); when the question names a document by its title, candidates of
+    other documents keep EXTRACTIVE_OTHER_DOCUMENT of it. Kept: for a compound question first the
+    best candidate of each part; then, best first, those above the floor that cover a term of the
+    question no kept one covers (no padding), at most EXTRACTIVE_MAX_SENTENCES; then, for a
+    question whose answer is one hop further, the best candidate of another passage that names
+    what the first answer named and the question did not (its bridge)."""
     candidates = _candidates(result)
+    if not candidates:
+        return NO_CONTEXT_ANSWER
     parts = _question_parts(question, result.keywords, result.referred)
+    asked = content_terms(question)
     wanted = set().union(*parts)
     frequency = Counter(term for candidate in candidates for term in candidate.read.about & wanted)
-    weight = {term: math.log(1 + len(candidates) / count) for term, count in frequency.items()}
+    weight = {
+        term: math.log(1 + len(candidates) / count) * (1.0 if term in asked else EXTRACTIVE_REFERRED_WEIGHT)
+        for term, count in frequency.items()
+    }
     subjects = {term for keyword in result.keywords.low_level for term in content_terms(keyword)}
+    ask = _ask(question)
+    # Question words that name a retrieved document ("the functional programming HOWTO").
+    titled = {term for candidate in candidates for term in candidate.title & asked}
+    scope = max((candidate.title & titled for candidate in candidates), key=len, default=frozenset())
+    scoped = len(scope) >= 2
 
     def coverage(candidate: _Candidate, terms: set[str]) -> float:
-        covered = sum(weight.get(term, 0.0) for term in candidate.read.about & terms)
-        implied = sum(weight.get(term, 0.0) for term in (candidate.passage - candidate.read.about) & terms & subjects)
+        about = candidate.read.about | (candidate.title & terms)
+        covered = sum(weight.get(term, 0.0) for term in about & terms)
+        implied = sum(weight.get(term, 0.0) for term in (candidate.passage - about) & terms & subjects)
         return (covered + EXTRACTIVE_PASSAGE_CREDIT * implied) / sum(weight.get(term, 0.0) for term in terms)
 
     def relevance(candidate: _Candidate, part: set[str]) -> float:
@@ -139,40 +281,104 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
             if any(weight.get(term) for term in group)
         ]
         total = sum(share for share, _ in groups)
-        return sum(share * coverage(candidate, group) for share, group in groups) / total if groups else 0.0
+        score = sum(share * coverage(candidate, group) for share, group in groups) / total if groups else 0.0
+        if (
+            score
+            and ask
+            and (candidate.kind in ("table", "list") if ask == "list" else _gives(ask, candidate.sentence.text))
+        ):
+            score += EXTRACTIVE_ASK_BONUS
+        if scoped and not scope <= candidate.title:
+            score *= EXTRACTIVE_OTHER_DOCUMENT
+        return score
 
     for candidate in candidates:
         candidate.relevance = max((relevance(candidate, part) for part in parts), default=0.0)
-    best = max((candidate.relevance for candidate in candidates), default=0.0)
+    ranked = sorted(candidates, key=lambda c: -c.relevance)
+    best = ranked[0].relevance
     floor = max(EXTRACTIVE_MIN_RELEVANCE, EXTRACTIVE_RELATIVE_RELEVANCE * best)
-    ranked = sorted((c for c in candidates if c.relevance >= floor), key=lambda c: -c.relevance)
-    if not ranked:
-        return NO_CONTEXT_ANSWER
     chosen: list[_Candidate] = []
+    covered: set[str] = set()
 
-    def choose(candidate: _Candidate) -> None:
-        full = len(chosen) == EXTRACTIVE_MAX_SENTENCES
-        if not full and candidate not in chosen and not _near_duplicate(candidate, chosen):
+    def choose(candidate: _Candidate, *, new_terms_only: bool) -> None:
+        adds = (candidate.read.about & wanted) - covered
+        if (
+            len(chosen) < EXTRACTIVE_MAX_SENTENCES
+            and candidate not in chosen
+            and not _near_duplicate(candidate, chosen)
+            and (adds or not new_terms_only or not chosen)
+        ):
             chosen.append(candidate)
+            covered.update(candidate.read.about & wanted)
 
     if len(parts) > 1:
         for part in parts:
             scored = [(relevance(candidate, part), candidate) for candidate in candidates]
             part_best = max(score for score, _ in scored)
             if part_best >= EXTRACTIVE_MIN_RELEVANCE:
-                choose(next(candidate for score, candidate in scored if score == part_best))
+                choose(next(candidate for score, candidate in scored if score == part_best), new_terms_only=False)
     for candidate in ranked:
-        choose(candidate)
+        if candidate.relevance < floor:
+            break
+        choose(candidate, new_terms_only=True)
+    if not chosen:
+        # Retrieval found passages but none shares the question's words (another language, a
+        # paraphrase): the first of the best passage is still closer than "nothing found".
+        chosen.append(ranked[0] if best > 0 else candidates[0])
+    bridge = _second_hop(question, chosen, candidates, weight, asked)
+    if bridge is not None and len(chosen) < EXTRACTIVE_MAX_SENTENCES:
+        chosen.insert(1, bridge)
     lines, shown = [], set()
     for candidate in chosen:
         if candidate.sentence in shown:
             continue
         lead = candidate.read.lead if candidate.read.lead not in shown else None
         shown |= {candidate.sentence, lead} - {None}
-        # The citation marks the sentence that answers; the one before it is there to be read with it.
-        lines.append(" ".join(filter(None, [lead and lead.text, candidate.sentence.text, f"[{candidate.row.id}]"])))
+        marker = f"[{candidate.row.id}]"
+        if candidate.kind == "sentence":
+            # The citation marks the sentence that answers; the one before it is there to be read with it.
+            lines.append(" ".join(filter(None, [lead and lead.text, candidate.sentence.text, marker])))
+        else:
+            lines.append("\n\n".join(filter(None, [lead and f"{lead.text} {marker}", candidate.sentence.text])))
+            if not lead:
+                lines[-1] += f"\n\n{marker}"
     if "paragraph" in response_type.casefold() and "single" in response_type.casefold():
-        body = " ".join(lines)
-    else:
-        body = "\n".join(f"- {line}" for line in lines)
-    return f"{EXTRACTIVE_LABEL}\n\n{body}"
+        return " ".join(lines)
+    return "\n".join(line if "\n" in line else f"- {line}" for line in lines)
+
+
+# A name in the answer that the question did not name: a capitalized run of words, or a single
+# capitalized word not at the start of its sentence.
+_BRIDGE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|of|de|von|van|the))*")
+
+
+def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | None:
+    """The best candidate of another passage that names a bridge of the first answer (a name
+    the first answer gives and the question does not) and covers what the first left uncovered:
+    "the director of film X" is named on X's page, and the director's nationality on another."""
+    first = chosen[0]
+    names = {
+        match.group().strip()
+        for match in _BRIDGE.finditer(first.sentence.text)
+        if not content_terms(match.group()) <= asked and content_terms(match.group())
+    }
+    if not names:
+        return None
+    missing = asked - first.read.about - first.title
+    best, best_score = None, 0.0
+    for candidate in candidates:
+        if candidate.row.chunk_id == first.row.chunk_id or candidate in chosen:
+            continue
+        text = candidate.sentence.text
+        named = [name for name in names if name in text or name in candidate.row.document_title]
+        if not named:
+            continue
+        still = sum(weight.get(term, 0.0) for term in missing & candidate.read.about)
+        total = sum(weight.get(term, 0.0) for term in missing) or 1.0
+        # Naming the bridge is half of it; the other half is what the question still asks.
+        score = 0.5 + 0.5 * still / total
+        if candidate.read.lead is None and candidate.sentence.start == candidate.row.char_start:
+            score += 0.05  # the passage's first sentence says what its subject is
+        if score > best_score:
+            best, best_score = candidate, score
+    return best if best_score >= EXTRACTIVE_MIN_RELEVANCE + 0.2 else None
