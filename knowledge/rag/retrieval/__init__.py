@@ -298,7 +298,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
     result.subgraph = build_subgraph(result, known, node_ids, looked_up.get("edges", []))
     stats.lap("lookups")
 
-    searched = {c.pk for c in found_chunks if c.distance is not None}
+    searched = {c.pk for c in found_chunks}
     if mode == "naive":
         chunk_candidates = [
             ChunkRow(
