@@ -236,7 +236,7 @@ def main() -> None:
         everything = list(range(len(data["questions"])))
         numbers["all"] = report(f"{args.dataset}: all questions", results, everything)
         if args.dataset == "hotpotqa":
-            numbers["tuning"] = report("tuning half (the walk's constants were chosen here)", results, everything[:half])
+            numbers["tuning"] = report("tuning half (the constants were chosen here)", results, everything[:half])
             numbers["held_out"] = report("held-out half", results, everything[half:])
         if args.json:
             args.json.write_text(json.dumps(numbers, indent=2))
