@@ -53,6 +53,7 @@ ENTITY_FIELDS = (
     "workspace_id",
     "name",
     "key",
+    "form",
     "type",
     "description",
     "embedding",
@@ -383,6 +384,8 @@ def entity_merge_undo(*, merge_log: MergeLog, actor) -> None:
         rebuild_relations(
             relation_ids=_drifted(RelationSource, "relation_id", relation_ids, relation_sources), fallback=True
         )
+        # The links the merged-away entities had went with them; they are made again as at publish.
+        link_synonyms(ids)
         workspace_refresh_counts(workspace_id=log.workspace_id)
         log.undone_at = timezone.now()
         log.save(update_fields=["undone_at"])

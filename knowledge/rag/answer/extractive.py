@@ -301,7 +301,9 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     covered: set[str] = set()
 
     def choose(candidate: _Candidate, *, new_terms_only: bool) -> None:
-        adds = (candidate.read.about & wanted) - covered
+        # Only the question's own words count as new: what a follow-up borrows from the turn
+        # before chose the topic, and would otherwise keep sentences of the earlier topic too.
+        adds = (candidate.read.about & asked) - covered
         if (
             len(chosen) < EXTRACTIVE_MAX_SENTENCES
             and candidate not in chosen
@@ -309,7 +311,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
             and (adds or not new_terms_only or not chosen)
         ):
             chosen.append(candidate)
-            covered.update(candidate.read.about & wanted)
+            covered.update(candidate.read.about & asked)
 
     if len(parts) > 1:
         for part in parts:
