@@ -372,7 +372,8 @@ def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | Non
         if candidate.row.chunk_id == first.row.chunk_id or candidate in chosen:
             continue
         text = candidate.sentence.text
-        named = [name for name in names if name in text or name in candidate.row.document_title]
+        # The bridge is what the other passage is about: its title, or the subject its sentence opens with.
+        named = [name for name in names if text.startswith(name) or name in candidate.row.document_title]
         if not named:
             continue
         still = sum(weight.get(term, 0.0) for term in missing & candidate.read.about)
