@@ -34,9 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 DOCS = Path("/usr/share/doc/python3.11/html")
 # The project sits beside ../shared, or a worktree of it one level further down; --data otherwise.
-DATASETS = next(
-    (path for path in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if path.exists()), ROOT.parent / "shared"
-) / "datasets" / "multihop"
+DATASETS = (
+    next(
+        (path for path in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if path.exists()),
+        ROOT.parent / "shared",
+    )
+    / "datasets"
+    / "multihop"
+)
 SAMPLE = Path(__file__).with_suffix(".json")
 PAGES = [
     "howto/logging.html",
