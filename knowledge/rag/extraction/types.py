@@ -6,20 +6,23 @@ people or companies ("Enum" a person, "FileHandler" an organization), and on enc
 misses what the text states outright ("Toccata ... is an organ composition", "violinist David
 Oistrakh"). A careful reader types from the same evidence, in this order:
 
-1. The shape of the name. Dotted ("str.format"), camel-cased ("LogRecord", "GraphRAG"), with
-   digits glued to a lower-case word ("expr2"), with "+" ("C/C++/Java"), or followed by
-   "()" in its sentence: code, so technology, never a person, place or organization.
-2. People the text names elsewhere: a single word that is the surname of a person named in full
-   in the same text ("Morrison" after "Richard Morrison"), or a name of initials and a surname
-   ("B R Chopra").
-3. The name's own head noun ("Black River", "Aloha Stadium", "Akhil Krishna Films",
-   "Generator Expressions") and, in English, the noun its sentence puts next to it: "the logging
-   module", "the film Blood Street", "violinist David Oistrakh", "Kapolei is a ... community",
-   "directed by X".
-4. A single word the text also writes in lower case ("Handler" beside "handler"): a term of the
-   text, not a name. An all-capital word of seven letters or more ("CRITICAL", "PYTHONPATH") is a
-   constant or a variable; acronyms of organizations are shorter.
-5. spaCy's label, through LABEL_TYPES.
+1. The shape of the name: dotted ("str.format"), with digits glued to a lower-case word
+   ("expr2"), with "+" ("C/C++/Java") or followed by "()" in its sentence, it is code, so
+   technology. Camel case ("LogRecord", "GraphRAG") is code in a text that has code in it, and
+   wherever spaCy took it for a person or a place; elsewhere companies are camel-cased too.
+2. People the text names in full: a single word spaCy calls a company that is the surname of a
+   person named in the same text ("Morrison" after "Richard Morrison"), or a name of initials and
+   a surname ("B R Chopra").
+3. In English, the name's own head noun ("Black River", "Aloha Stadium", "Akhil Krishna Films",
+   "Generator Expressions", "University of Paris"), then its sentence: "the logging module", "the
+   film Blood Street", "violinist David Oistrakh", "Kapolei is a ... community", "directed by X".
+4. In English, a single word the text also writes in lower case ("Handler" beside "handler"): a
+   term of the text, not a name; an all-capital word of seven letters or more ("CRITICAL",
+   "PYTHONPATH") is a constant or a variable, where acronyms of organizations are shorter.
+5. spaCy's label, through LABEL_TYPES (a WORK_OF_ART is a work).
+
+Japanese and French texts go through the same function: the shape rules and the surname rule
+hold in any language written with spaces; the noun lists are English, so the rest is skipped.
 
 The types are the defaults' (knowledge.models.DEFAULT_ENTITY_TYPES); a workspace without one of
 them gets its fallback (a work is a concept where there is no "work"), else "other".
@@ -70,7 +73,7 @@ _HEADS = {
     ),
     "event": (
         "war battle festival championship tournament election outbreak earthquake hurricane storm revolution "
-        "conference olympics ceremony massacre crisis"
+        "olympics ceremony massacre crisis"
     ),
     "person": (
         "actor actress singer songwriter musician rapper writer author novelist poet journalist director producer "
@@ -100,13 +103,22 @@ _DOTTED = re.compile(r"\w\.[a-z_]", re.ASCII)
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _SURNAME_PREFIX = re.compile(r"(?:Mc|Mac|De|Di|Da|Du|La|Le)[A-Z][a-z]+")
 _GLUED_DIGITS = re.compile(r"^[a-z]\w*[a-z]\d+$|^[A-Z][a-z]+\d+$")
+# A call, a dotted identifier or a snake_case name anywhere in the text.
+_CODE_TOKEN = re.compile(r"\w\(\)|^[a-z_]\w*\.[a-z_]\w*$|^[a-z]+_[a-z_]+$", re.ASCII)
 _INITIALS = re.compile(r"^(?:[A-Z]\.?\s+)+[A-Z][a-z]+$")
 _LONG_CAPITALS = re.compile(r"^[A-Z]{7,}$")
 
 
-def looks_like_code(name: str) -> bool:
-    camel = any(_CAMEL.search(word) and not _SURNAME_PREFIX.fullmatch(word) for word in name.split())
-    return bool(camel or _DOTTED.search(name) or _GLUED_DIGITS.match(name) or "+" in name)
+def looks_like_code(span, label: str) -> bool:
+    """Whether the name is an identifier. Camel case alone is one only where the name cannot be
+    a person or a place, or in a text with code in it: companies are camel-cased too ("WestJet",
+    "MoMA")."""
+    name = span.text
+    if _DOTTED.search(name) or _GLUED_DIGITS.match(name) or "+" in name or _called(span):
+        return True
+    camel = [word for word in name.split() if _CAMEL.search(word) and not _SURNAME_PREFIX.fullmatch(word)]
+    # Short ones are acronyms as often ("MoMA", "SoHo").
+    return bool(camel) and ((label in ("PERSON", "GPE", "LOC", "FAC") and len(name) >= 6) or _has_code(span.doc))
 
 
 def surnames(doc) -> frozenset[str]:
@@ -120,11 +132,13 @@ def named_type(span, label: str, reader: Language, known_surnames: frozenset[str
     of the strongest (a title line read as part of the sentence below it says less than the
     sentence "X is a composition")."""
     name = span.text
-    if looks_like_code(name) or _called(span):
+    if looks_like_code(span, label):
         return "technology", SHAPE
     if label not in _NAME_LABELS or not reader.spaces:
         return LABEL_TYPES[label], LABEL
-    if (len(span) == 1 and name in known_surnames) or _INITIALS.match(name):
+    # Places are named after people ("Washington") and spaCy reads some places as people ("SV St.
+    # Georg Hamburg"): only a company is corrected to a person.
+    if (len(span) == 1 and label == "ORG" and name in known_surnames) or _INITIALS.match(name):
         return "person", CUE
     if reader.code == "en":
         if len(span) > 1 and (own := _own_type(span, label)):
@@ -154,16 +168,21 @@ def workspace_type(kind: str, allowed: dict[str, str]) -> str:
 
 
 def _own_type(span, label: str) -> str | None:
+    # The head of "University of Paris" is its first word.
+    head = next((token for token in span[1:] if token.lower_ == "of"), None)
+    head = span.doc[head.i - 1] if head is not None else span[-1]
     # Surnames are nouns too ("Joan Rivers", "Michael Bay", "Tyra Banks"): a person's name keeps
     # its label unless its last word is a company's ("Akhil Krishna Films") or a term's.
-    kind = _head_type(span[-1])
-    if label == "PERSON" and kind not in ("technology", "concept") and span[-1].text.lower() not in COMPANY_WORDS:
+    kind = _head_type(head)
+    if label == "PERSON" and kind not in ("technology", "concept") and head.lower_ not in COMPANY_WORDS:
         return None
     return kind
 
 
 def _head_type(token) -> str | None:
-    return HEAD_TYPES.get(token.lemma_.lower()) or HEAD_TYPES.get(token.text.lower())
+    # spaCy leaves a proper noun's plural as it is ("Standard Modules", "Custom Levels").
+    word = token.text.lower()
+    return HEAD_TYPES.get(token.lemma_.lower()) or HEAD_TYPES.get(word) or HEAD_TYPES.get(word.removesuffix("s"))
 
 
 def _called(span) -> bool:
@@ -177,7 +196,8 @@ def _sentence_type(span) -> str | None:
     doc, root = span.doc, span.root
     after = doc[span.end] if span.end < len(doc) else None
     beside = after is not None and after.pos_ == "NOUN" and root.head == after
-    if beside and root.dep_ in ("compound", "nmod") and (kind := _head_type(after)):
+    # "the logging module"; but a "Telugu actor" is no actor, nor a "London publisher" a publisher.
+    if beside and root.dep_ in ("compound", "nmod") and (kind := _head_type(after)) in ("technology", "concept"):
         return kind
     before = span.start - 1
     while before >= 0 and doc[before].pos_ in ("DET", "PUNCT") and before > span.start - 3:
@@ -200,4 +220,8 @@ def _sentence_type(span) -> str | None:
 
 def _written_in_lower_case(span) -> bool:
     lower = span.text.lower()
-    return lower != span.text and any(token.text == lower for token in span.doc)
+    return len(lower) > 2 and lower != span.text and any(token.text == lower for token in span.doc)
+
+
+def _has_code(doc) -> bool:
+    return any(_CODE_TOKEN.search(token.text) for token in doc)
