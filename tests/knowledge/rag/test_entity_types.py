@@ -32,7 +32,7 @@ def test_it_types_code_looking_names_technology():
 def test_it_types_a_film_a_work_and_its_director_a_person():
     types = _types(
         "Blood Street is a 2005 American film directed by John Smith. "
-        "It was on the album \"311\", also known as \"The Blue Album\"."
+        'It was on the album "311", also known as "The Blue Album".'
     )
 
     assert types["Blood Street"] == "work"
