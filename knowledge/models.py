@@ -14,6 +14,7 @@ DEFAULT_ENTITY_TYPES = [
     "technology",
     "concept",
     "date",
+    "work",
 ]
 
 

@@ -25,23 +25,10 @@ import re
 from collections import Counter
 
 from knowledge.rag import language
+from knowledge.rag.extraction import types
 from knowledge.rag.language import Language
-from knowledge.rag.names import OTHER_TYPE, entity_key
+from knowledge.rag.names import entity_key
 
-LABEL_TYPES = {
-    "PERSON": "person",
-    "ORG": "organization",
-    "GPE": "location",
-    "LOC": "location",
-    "FAC": "location",
-    "EVENT": "event",
-    "PRODUCT": "product",
-    "WORK_OF_ART": "concept",
-    "LAW": "concept",
-    "LANGUAGE": "concept",
-    "NORP": "concept",
-}
-NOUN_PHRASE_TYPE = "concept"
 MAX_MENTIONS_PER_SENTENCE = 5
 MAX_SENTENCES_PER_DESCRIPTION = 3
 MAX_NAME_WORDS = 5
@@ -162,8 +149,10 @@ def _is_prose(sentence) -> bool:
     return words >= MIN_WORD_SHARE * len(tokens) and not _CODE_CHARACTERS.intersection(sentence.text)
 
 
-def _named(sentence, allowed: dict[str, str], reader: Language) -> tuple[list[tuple[int, str, str, str]], set[int]]:
-    """(position, key, name, type) of the named entities that look like names, and the token
+def _named(
+    sentence, allowed: dict[str, str], reader: Language, surnames: frozenset[str]
+) -> tuple[list[tuple[int, str, str, str]], set[int]]:
+    """(position, key, name, type, strength) of the named entities that look like names, and the token
     positions every named entity covers (noun phrases there are the same thing). A label that
     names nothing in the language (GiNZA's vocations and theories) covers nothing either."""
     found, covered = [], set()
@@ -172,12 +161,12 @@ def _named(sentence, allowed: dict[str, str], reader: Language) -> tuple[list[tu
         if label is None:
             continue
         covered.update(range(entity.start, entity.end))
-        kind = LABEL_TYPES.get(label)
-        for part in _lines(entity) if kind else ():
+        for part in _lines(entity) if label in types.LABEL_TYPES else ():
             span = _trimmed(part)
             name = clean_name(span.text) if span else None
             if name:
-                found.append((span.start, entity_key(name), name, allowed.get(kind, OTHER_TYPE)))
+                kind, strength = types.named_type(span, label, reader, surnames)
+                found.append((span.start, entity_key(name), name, types.workspace_type(kind, allowed), strength))
     return found, covered
 
 
@@ -200,8 +189,10 @@ def _number(token, span, reader: Language) -> bool:
     return token.pos_ == "NUM" and (reader.spaces or token.i == span.end - 1)
 
 
-def _phrases(sentence, taken: set[int], reader: Language) -> list[tuple[int, str, str, bool]]:
-    """(position, key, name, single word) of the noun phrases that do not overlap a named entity."""
+def _phrases(
+    sentence, taken: set[int], allowed: dict[str, str], reader: Language
+) -> list[tuple[int, str, str, str, bool]]:
+    """(position, key, name, type, single word) of the noun phrases that do not overlap a named entity."""
     found = []
     for chunk in sentence.noun_chunks:
         span = _trimmed(chunk)
@@ -215,7 +206,8 @@ def _phrases(sentence, taken: set[int], reader: Language) -> list[tuple[int, str
             continue
         name = clean_name(span.text)
         if name:
-            found.append((span.start, entity_key(name), name, len(span) == 1))
+            kind = types.workspace_type(types.phrase_type(span, reader), allowed)
+            found.append((span.start, entity_key(name), name, kind, len(span) == 1))
     return found
 
 
@@ -225,45 +217,50 @@ def _keywords(sentence) -> str:
 
 
 def _records(doc, allowed: dict[str, str], reader: Language) -> dict:
-    concept = allowed.get(NOUN_PHRASE_TYPE, OTHER_TYPE)
+    surnames = types.surnames(doc)
     read = []
     recurrence: Counter = Counter()
     for sentence in doc.sents:
         if not _is_prose(sentence):
             continue
-        named, covered = _named(sentence, allowed, reader)
-        phrases = _phrases(sentence, covered, reader)
-        recurrence.update({key for _, key, _, _ in phrases})
+        named, covered = _named(sentence, allowed, reader, surnames)
+        phrases = _phrases(sentence, covered, allowed, reader)
+        recurrence.update({key for _, key, _, _, _ in phrases})
         read.append((sentence, named, phrases))
 
     entities: dict[str, dict] = {}
+    strength_of: dict[str, int] = {}
     sentences_of: dict[str, list[str]] = {}
     relations = []
     content: dict[str, None] = {}
     for sentence, named, phrases in read:
         kept = [
-            (position, key, name, concept)
-            for position, key, name, single in phrases
+            (position, key, name, kind, types.LABEL)
+            for position, key, name, kind, single in phrases
             if recurrence[key] >= (WORD_RECURRENCE if single else PHRASE_RECURRENCE)
         ]
-        mentions, seen = [], set()
-        for _, key, name, kind in sorted(named + kept):
-            if key not in seen:
-                seen.add(key)
-                mentions.append((key, name, kind))
-        mentions = mentions[:MAX_MENTIONS_PER_SENTENCE]
+        found = sorted(named + kept)
+        mentions: dict[str, str] = {}
+        for _, key, name, _, _ in found:
+            mentions.setdefault(key, name)
+        mentions = dict(list(mentions.items())[:MAX_MENTIONS_PER_SENTENCE])
         if not mentions:
             continue
+        for _, key, name, kind, strength in found:
+            # The type of an entity in the chunk is the one its strongest evidence gives.
+            if key in mentions and strength > strength_of.get(key, -1):
+                strength_of[key] = strength
+                entities.setdefault(key, {"name": name})["type"] = kind
         text = language.collapse_whitespace(sentence.text)
-        for key, name, kind in mentions:
-            entities.setdefault(key, {"name": name, "type": kind})
+        for key in mentions:
             described = sentences_of.setdefault(key, [])
             if text not in described:
                 described.append(text)
-        for _, _, name, _ in named:
+        for _, _, name, _, _ in named:
             content.setdefault(name, None)
         keywords = _keywords(sentence)
-        for (_, first, _), (_, second, _) in zip(mentions, mentions[1:], strict=False):
+        names = list(mentions.values())
+        for first, second in zip(names, names[1:], strict=False):
             relations.append(
                 {"source": first, "target": second, "keywords": keywords, "description": text, "strength": 1.0}
             )
