@@ -1,14 +1,15 @@
 """Vector writes: many rows in one statement, binary vectors, and re-embedding after a model change."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import psycopg
 from django.db import connection, transaction
+from django.db.models import Q
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 
-from knowledge.models import Chunk, Entity, Relation
+from knowledge.models import Chunk, Document, Entity, Relation
 from knowledge.rag import llm
 from knowledge.rag.chunking import embedding_text
 from knowledge.rag.graph.describe import entity_embedding_text, relation_embedding_text
@@ -203,7 +204,7 @@ def resize_vector_columns(dimensions: int) -> None:
             )
 
 
-def _reembed(model, queryset, text_of) -> int:
+def _reembed(model, queryset, text_of, on_page) -> int:
     done, last = 0, 0
     while True:
         page = list(queryset.filter(pk__gt=last).order_by("pk")[:REEMBED_PAGE])
@@ -213,21 +214,31 @@ def _reembed(model, queryset, text_of) -> int:
         update_rows(model, {row["pk"]: {"embedding": vector} for row, vector in zip(page, vectors, strict=True)})
         done += len(page)
         last = page[-1]["pk"]
+        if on_page is not None:
+            on_page(len(page))
 
 
-def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
+def reembed_workspace(*, workspace_id: int, on_page: Callable[[int], None] | None = None) -> dict[str, int]:
     """Embed every published chunk, entity and relation of the workspace again with the current
-    embedding model (unpublished ones get theirs when their document is published)."""
+    embedding model (unpublished ones get theirs when their document is published). `on_page`
+    hears how many rows each page re-embedded.
+
+    Chunks are those with a vector or of a processed document: resizing the columns empties
+    every vector first."""
     return {
         "chunks": _reembed(
             Chunk,
-            Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "section", "text"),
+            Chunk.objects.filter(workspace_id=workspace_id)
+            .filter(Q(document__status=Document.Status.PROCESSED) | Q(embedding__isnull=False))
+            .values("pk", "section", "text"),
             lambda row: embedding_text(row["section"], row["text"]),
+            on_page,
         ),
         "entities": _reembed(
             Entity,
             Entity.objects.published().filter(workspace_id=workspace_id).values("pk", "name", "description"),
             lambda row: entity_embedding_text(row["name"], row["description"]),
+            on_page,
         ),
         "relations": _reembed(
             Relation,
@@ -237,5 +248,6 @@ def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
             lambda row: relation_embedding_text(
                 row["source__name"], row["target__name"], row["keywords"], row["description"]
             ),
+            on_page,
         ),
     }
