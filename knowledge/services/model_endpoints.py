@@ -383,6 +383,7 @@ def reembedding_run(*, reembedding_id: int) -> Reembedding:
 def reembedding_retry(*, user, reembedding_id: int) -> None:
     """Send a stopped or failed re-embedding to a worker again."""
     _check_staff(user)
+    Reembedding.objects.get(pk=reembedding_id)
     if Reembedding.objects.filter(status=Reembedding.Status.RUNNING).exclude(pk=reembedding_id).exists():
         raise ModelSettingsError("Another re-embedding is running.")
     Reembedding.objects.filter(pk=reembedding_id).exclude(status=Reembedding.Status.FINISHED).update(
