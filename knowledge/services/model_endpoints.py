@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, Entity, ModelChoice, ModelEndpoint, Reembedding, Relation, Workspace
@@ -301,7 +301,7 @@ def _ingesting() -> int:
 
 def _vectors_to_embed() -> int:
     return (
-        Chunk.objects.filter(document__status=Document.Status.PROCESSED).count()
+        Chunk.objects.filter(Q(document__status=Document.Status.PROCESSED) | Q(embedding__isnull=False)).count()
         + Entity.objects.published().count()
         + Relation.objects.published().count()
     )
@@ -339,6 +339,9 @@ def embedding_model_pick(*, user, endpoint_id: int | None, model: str = "") -> R
                     f"{label} makes {dimensions}-dimensional vectors, the stored ones have {stored}: changing "
                     f"that waits until the {ingesting} document(s) being ingested are done."
                 )
+        if resize:
+            # First in the transaction: Postgres alters no table with pending trigger events.
+            graph.resize_vector_columns(dimensions)
         if endpoint is None:
             ModelChoice.objects.filter(purpose=EMBEDDING).delete()
         else:
@@ -346,11 +349,10 @@ def embedding_model_pick(*, user, endpoint_id: int | None, model: str = "") -> R
                 purpose=EMBEDDING,
                 defaults={"endpoint": endpoint, "model": model, "dimensions": dimensions, "chosen_by": user},
             )
+        # Counted after a resize emptied the vectors: chunks are counted by their document.
         reembedding = Reembedding.objects.create(
             model=label, dimensions=dimensions, total=_vectors_to_embed(), started_by=user
         )
-        if resize:
-            graph.resize_vector_columns(dimensions)
         _changed()
         transaction.on_commit(lambda: current_app.send_task(REEMBED_TASK, args=[reembedding.pk]))
     logger.info("%s picked embedding model %s (%d dimensions); re-embedding", user, label, dimensions)

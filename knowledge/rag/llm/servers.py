@@ -41,9 +41,9 @@ def _ollama_models(payload: dict) -> list[str]:
     return sorted({str(row.get("model") or row.get("name")) for row in rows if row.get("model") or row.get("name")})
 
 
-def detect_ollama(url: str = OLLAMA_DEFAULT_URL) -> Ollama | None:
+def detect_ollama(url: str = "") -> Ollama | None:
     """The Ollama server at `url` (by default the one on this machine), or None if none answers."""
-    root = url.rstrip("/")
+    root = (url or OLLAMA_DEFAULT_URL).rstrip("/")
     try:
         with httpx.Client(timeout=DETECT_TIMEOUT) as client:
             version = client.get(f"{root}/api/version")
