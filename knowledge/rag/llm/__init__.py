@@ -13,6 +13,7 @@ loop, so cancelling a consumer closes its stream.
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -147,8 +148,25 @@ def set_provider(provider: Callable[[], ModelConfig]) -> None:
     _provider = provider
 
 
+_chat_model_override = ""
+
+
+@contextlib.contextmanager
+def chat_model_override(model: str) -> Iterator[None]:
+    """Send the chat calls to `model` at the same endpoint for a while (the evaluation's judge).
+    Process-wide: only for a command that does one thing at a time."""
+    global _chat_model_override
+    previous, _chat_model_override = _chat_model_override, model
+    try:
+        yield
+    finally:
+        _chat_model_override = previous
+
+
 def current_config() -> ModelConfig:
     config = _provider()
+    if _chat_model_override and config.chat is not None:
+        config = dataclasses.replace(config, chat=dataclasses.replace(config.chat, model=_chat_model_override))
     for endpoint in (config.chat, config.embedding):
         if endpoint is not None and endpoint.api_key:
             _keys_seen.add(endpoint.api_key)

