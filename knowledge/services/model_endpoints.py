@@ -201,7 +201,7 @@ def endpoint_add(*, user, name: str, kind: str, base_url: str, api_key: str = ""
         api_key_encrypted=_encrypt(api_key.strip()),
         created_by=user,
     )
-    logger.info("%s added model endpoint %r (%s at %s)", user, endpoint.name, kind, llm._where(endpoint.base_url))
+    logger.info("%s added model endpoint %r (%s at %s)", user, endpoint.name, kind, endpoint.base_url)
     return endpoint_check(user=user, endpoint_id=endpoint.pk)
 
 

