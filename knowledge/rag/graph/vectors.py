@@ -192,6 +192,10 @@ def vector_dimensions() -> int:
 def resize_vector_columns(dimensions: int) -> None:
     """Change every vector column to `dimensions`, dropping the old vectors and rebuilding the HNSW indexes."""
     with transaction.atomic(), connection.cursor() as cursor:
+        # Staged vectors are the old model's too, and their column is NOT NULL: they go, and the
+        # documents they were staged for embed again when they run.
+        cursor.execute("DELETE FROM knowledge_pendingvector")
+        cursor.execute(f"ALTER TABLE knowledge_pendingvector ALTER COLUMN embedding TYPE vector({int(dimensions)})")
         for table, prefix in VECTOR_TABLES.items():
             index = f"{prefix}_embedding_hnsw"
             cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input

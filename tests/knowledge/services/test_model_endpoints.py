@@ -271,6 +271,10 @@ def test_a_new_embedding_model_resizes_the_columns_and_re_embeds_everything(
     assert not Chunk.objects.filter(embedding__isnull=True).exists()
     assert len(Chunk.objects.first().embedding) == 8
     assert server.embedding_requests()[-1].body["model"] == "double-embed"
+    # Documents ingested from now on stage and publish vectors of the new size.
+    later = _document(workspace, "Grace Hopper wrote the first compiler.\n\nShe worked on the UNIVAC.")
+    assert later.status == Document.Status.PROCESSED, later.error_detail
+    assert {len(vector) for vector in Chunk.objects.filter(document=later).values_list("embedding", flat=True)} == {8}
 
 
 def test_a_dimension_change_is_refused_while_documents_are_ingesting(staff, server, workspace, sent_tasks):
