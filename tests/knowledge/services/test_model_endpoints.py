@@ -13,6 +13,7 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 
+from config import settings as project
 from knowledge.models import Chunk, Document, Entity, ModelChoice, ModelEndpoint, Reembedding
 from knowledge.rag import graph, llm
 from knowledge.rag.llm import servers
@@ -417,8 +418,8 @@ def test_the_key_appears_in_no_export_or_backup(staff, server, workspace, owner,
 
 @pytest.mark.django_db(transaction=True)
 def test_a_running_worker_re_embeds_with_the_new_model_without_a_restart(staff, server, workspace, settings):
-    # The worker reads the version key without the per-test prefix, as every real process does.
-    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": ""}}
+    # The worker reads the version key under the project's prefix, not this test's own.
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": project.CACHES["default"]["KEY_PREFIX"]}}
     redis.Redis.from_url(settings.REDIS_URL).delete("celery", "unacked", "unacked_index")
     server.dim = 384
     _document(workspace)
