@@ -27,7 +27,7 @@ EXPLANATIONS = {
 MODES = [Mode(value, *EXPLANATIONS[value]) for value in RETRIEVAL_MODES]
 MODE_VALUES = [mode.value for mode in MODES]
 # Modes that answer nothing without a chat model: bypass sends the question to the model alone.
-MODES_NEEDING_A_MODEL = {"bypass": "Needs a chat model: set LLM_BASE_URL or LLM_API_KEY."}
+MODES_NEEDING_A_MODEL = {"bypass": "Needs a chat model: connect one on the Models page (/models/)."}
 RESPONSE_TYPES = ["Multiple Paragraphs", "Single Paragraph", "Bullet Points", "Single Sentence"]
 
 

@@ -789,3 +789,80 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_rating_display()} on answer {self.answer_id}"
+
+
+class ModelEndpoint(models.Model):
+    """A model server an administrator connected in the browser: OpenAI-compatible or Ollama.
+
+    The key is stored encrypted with a key derived from SECRET_KEY (knowledge/services/model_endpoints.py)
+    and never leaves the server again: no page, log, export or backup shows it."""
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible"
+        OLLAMA = "ollama", "Ollama"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.OPENAI)
+    # OpenAI-compatible: the API's base (…/v1); Ollama: the server's root (http://host:11434).
+    base_url = models.CharField(max_length=500)
+    api_key_encrypted = models.TextField(blank=True)
+    # What the last connection test found: the served models, or what went wrong.
+    served_models = models.JSONField(default=list, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    check_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelChoice(models.Model):
+    """The model in use for chat or for embeddings, installation-wide; no row means the
+    environment's settings (LLM_*, EMBEDDING_*)."""
+
+    class Purpose(models.TextChoices):
+        CHAT = "chat", "Chat"
+        EMBEDDING = "embedding", "Embeddings"
+
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, unique=True)
+    endpoint = models.ForeignKey(ModelEndpoint, on_delete=models.PROTECT, related_name="choices")
+    model = models.CharField(max_length=200)
+    # Embeddings only: the vector size the model returned when it was picked.
+    dimensions = models.PositiveIntegerField(null=True, blank=True)
+    chosen_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    chosen_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.purpose}: {self.model} at {self.endpoint}"
+
+
+class Reembedding(models.Model):
+    """One re-embedding of every stored vector after the embedding model changed, run by a worker."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+
+    model = models.CharField(max_length=300, help_text="The embedding model, as the page names it.")
+    dimensions = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=Q(status="running"), name="one_reembedding_at_a_time")
+        ]
+
+    def __str__(self) -> str:
+        return f"re-embedding with {self.model} ({self.status})"

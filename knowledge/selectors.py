@@ -6,7 +6,19 @@ from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
-from knowledge.models import ROLE_RANK, Answer, Document, Entity, EntitySource, Relation, Role, Workspace
+from knowledge.models import (
+    ROLE_RANK,
+    Answer,
+    Document,
+    Entity,
+    EntitySource,
+    ModelChoice,
+    ModelEndpoint,
+    Reembedding,
+    Relation,
+    Role,
+    Workspace,
+)
 from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import degree_of
 
@@ -163,3 +175,17 @@ def answer_for_user(user, answer_id: object, *, slug: str | None = None) -> Answ
     if slug is not None:
         answers = answers.filter(workspace__slug=slug)
     return answers.select_related("workspace").first()
+
+
+def model_endpoints() -> list[ModelEndpoint]:
+    """The model endpoints connected on the Models page (installation-wide; only staff see them)."""
+    return list(ModelEndpoint.objects.all())
+
+
+def model_choices() -> dict[str, ModelChoice]:
+    """The models picked on the Models page, by purpose (chat, embedding); missing means the environment's."""
+    return {choice.purpose: choice for choice in ModelChoice.objects.select_related("endpoint")}
+
+
+def latest_reembedding() -> Reembedding | None:
+    return Reembedding.objects.first()

@@ -15,7 +15,7 @@ import multiprocessing
 from celery import shared_task
 from celery.signals import worker_init, worker_ready, worker_shutting_down
 
-from knowledge.services import ingestion
+from knowledge.services import ingestion, model_endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -59,3 +59,8 @@ def sweep() -> dict:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def rebuild_graph(rebuild_id: int) -> bool:
     return ingestion.graph_rebuild_run(rebuild_id=rebuild_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def reembed_all(reembedding_id: int) -> str:
+    return model_endpoints.reembedding_run(reembedding_id=reembedding_id).status

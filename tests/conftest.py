@@ -15,6 +15,24 @@ def _plain_http_and_own_rate_limits(settings):
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid4().hex}"}}
 
 
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+@pytest.fixture(autouse=True)
+def _models_from_the_environment_without_a_database(request):
+    """The model picks of the Models page live in the database; a test that has none (the llm
+    module's own tests) takes its models from the settings, as every process did before them."""
+    if request.node.get_closest_marker("django_db") or DATABASE_FIXTURES & set(request.fixturenames):
+        yield
+        return
+    from knowledge.rag import llm
+
+    previous = llm._provider
+    llm.set_provider(llm.environment_config)
+    yield
+    llm.set_provider(previous)
+
+
 @pytest.fixture
 def ten_seconds_into_an_hour(time_machine):
     """Rate limits count in fixed windows aligned to the clock (knowledge/services/ratelimits.py). Stops the

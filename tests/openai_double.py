@@ -7,6 +7,11 @@ records every request, can fail the next N requests with a status code, and can 
     double.reply(lambda body: "answer")         # or double.reply("answer")
     double.fail(2, status=429)                  # the next two chat requests get 429
     double.chat_requests()                      # what the client sent
+    double.api_key = "sk-..."                   # refuse any other key with 401, as OpenAI does
+    double.ollama_version = "0.6.2"             # also answer Ollama's GET /api/version and /api/tags
+
+GET /v1/models lists `double.served` (OpenAI's shape); `double.root_url` is the server without /v1,
+where an Ollama client looks.
 """
 
 import base64
@@ -23,6 +28,7 @@ import numpy as np
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
+MODELS_PATH = "/v1/models"
 
 
 @dataclass
@@ -56,6 +62,19 @@ def deterministic_vector(text: str, dim: int) -> list[float]:
     return (vector / np.linalg.norm(vector)).tolist()
 
 
+def _ollama_tag(name: str) -> dict:
+    """One model as Ollama's /api/tags lists it (the `ollama` client reads `model`; older servers sent `name`)."""
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": "2026-01-01T00:00:00Z",
+        "size": 1000,
+        "digest": digest,
+        "details": {"format": "gguf", "family": "double", "parameter_size": "1B", "quantization_level": "Q4_0"},
+    }
+
+
 def _words(text: str) -> int:
     return max(1, len(text.split()))
 
@@ -73,6 +92,9 @@ class OpenAIDouble:
         self.hold_last_token: threading.Event | None = None
         self.report_usage = True
         self.streams_closed_early = 0
+        self.api_key: str | None = None
+        self.served = ["double-chat", "double-embed"]
+        self.ollama_version: str | None = None
         self._failures: list[_Failure] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -105,10 +127,14 @@ class OpenAIDouble:
     # Lifecycle -----------------------------------------------------------------------
 
     @property
-    def base_url(self) -> str:
+    def root_url(self) -> str:
         assert self._server is not None, "start() the double first"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
 
     def start(self) -> "OpenAIDouble":
         double = self
@@ -149,6 +175,37 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass
 
+    def _refused_key(self) -> bool:
+        """OpenAI's 401, quoting the key it refused (so tests see that we mask it)."""
+        expected = self.owner.api_key
+        given = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if expected is None or given == expected:
+            return False
+        self._json(
+            401,
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {given}. You can find your API key at the dashboard.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        )
+        return True
+
+    def do_GET(self):
+        self.owner._record(self.path, {}, dict(self.headers))
+        if self.owner.ollama_version is not None and self.path == "/api/version":
+            return self._json(200, {"version": self.owner.ollama_version})
+        if self.owner.ollama_version is not None and self.path == "/api/tags":
+            return self._json(200, {"models": [_ollama_tag(name) for name in self.owner.served]})
+        if self.path == MODELS_PATH:
+            if self._refused_key():
+                return None
+            data = [{"id": name, "object": "model", "created": 0, "owned_by": "double"} for name in self.owner.served]
+            return self._json(200, {"object": "list", "data": data})
+        return self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         try:
@@ -156,6 +213,8 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             return self._json(400, {"error": {"message": "invalid JSON", "type": "invalid_request_error"}})
         failure = self.owner._record(self.path, body, dict(self.headers))
+        if self._refused_key():
+            return None
         if failure is not None:
             return self._json(
                 failure.status,

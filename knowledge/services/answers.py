@@ -9,10 +9,10 @@ answer's id to give feedback by. Feedback is one rating per member and answer, w
 import uuid
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db import transaction
 
 from knowledge.models import Answer, Feedback, Workspace
+from knowledge.rag import llm
 from knowledge.rag.answer.citations import cited_ids
 
 COMMENT_MAX_CHARS = 2000
@@ -130,4 +130,4 @@ def feedback_give(*, answer: Answer, user, rating: object, comment: object = Non
 
 def model_name(engine: str) -> str:
     """What answered, as the record names it: the chat model, or "extractive"."""
-    return "extractive" if engine == "extractive" else settings.LLM_MODEL
+    return "extractive" if engine == "extractive" else llm.chat_model_name()

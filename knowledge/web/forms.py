@@ -1,6 +1,6 @@
 from django import forms
 
-from knowledge.models import Role, Workspace
+from knowledge.models import ModelEndpoint, Role, Workspace
 from knowledge.rag.parsing import ACCEPTED_TYPES
 
 
@@ -143,3 +143,45 @@ class NewAccountForm(forms.Form):
 class NameForm(forms.Form):
     first_name = forms.CharField(max_length=150, required=False, label="First name")
     last_name = forms.CharField(max_length=150, required=False, label="Last name")
+
+
+class ModelEndpointForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="How the Models page names it, e.g. “OpenAI” or “GPU box”.")
+    kind = forms.ChoiceField(choices=ModelEndpoint.Kind.choices, initial=ModelEndpoint.Kind.OPENAI)
+    base_url = forms.CharField(
+        max_length=500,
+        label="Address",
+        help_text="OpenAI-compatible: the API's base, e.g. https://api.openai.com/v1. Ollama: the server, "
+        "e.g. http://127.0.0.1:11434.",
+    )
+    api_key = forms.CharField(
+        max_length=500,
+        required=False,
+        label="API key",
+        # Never sent back to the browser, not even after a failed submission.
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Stored encrypted and never shown again. Local servers usually need none.",
+    )
+
+
+class ModelKeyForm(forms.Form):
+    api_key = forms.CharField(
+        max_length=500,
+        required=False,
+        label="New API key",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Empty removes the key.",
+    )
+
+
+class ModelPickForm(forms.Form):
+    """A model of an endpoint; no endpoint means the environment's model (LLM_*, EMBEDDING_*)."""
+
+    endpoint = forms.IntegerField(required=False)
+    model = forms.CharField(max_length=200, required=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("endpoint") is not None and not cleaned.get("model"):
+            raise forms.ValidationError("Pick one of the endpoint's models.")
+        return cleaned

@@ -3,7 +3,7 @@ under the `knowledge` namespace."""
 
 from django.urls import path
 
-from knowledge.web import analytics, evaluation, views
+from knowledge.web import analytics, evaluation, model_settings, views
 
 urlpatterns = [
     path("workspaces/new/", views.workspace_new, name="workspace_new"),
@@ -34,4 +34,18 @@ urlpatterns = [
     path("workspaces/<slug:slug>/analytics/answers/<int:pk>/", analytics.analytics_answer, name="analytics_answer"),
     path("workspaces/<slug:slug>/evaluation/", evaluation.evaluation_runs, name="evaluation"),
     path("workspaces/<slug:slug>/evaluation/<int:pk>/", evaluation.evaluation_run, name="evaluation_run"),
+]
+
+# Installation-wide, not a workspace's: the models every workspace answers with (staff change them).
+urlpatterns += [
+    path("models/", model_settings.models_page, name="models"),
+    path("models/endpoints/", model_settings.endpoint_add, name="model_endpoint_add"),
+    path("models/endpoints/ollama/", model_settings.ollama_connect, name="model_ollama_connect"),
+    path("models/endpoints/<int:pk>/check/", model_settings.endpoint_check, name="model_endpoint_check"),
+    path("models/endpoints/<int:pk>/key/", model_settings.endpoint_key, name="model_endpoint_key"),
+    path("models/endpoints/<int:pk>/delete/", model_settings.endpoint_delete, name="model_endpoint_delete"),
+    path("models/chat/", model_settings.chat_pick, name="model_chat_pick"),
+    path("models/embedding/", model_settings.embedding_pick, name="model_embedding_pick"),
+    path("models/reembedding/", model_settings.reembedding_progress, name="model_reembedding"),
+    path("models/reembedding/<int:pk>/retry/", model_settings.reembedding_retry, name="model_reembedding_retry"),
 ]

@@ -9,6 +9,7 @@ from django.db.backends.utils import CursorWrapper
 
 from chat.models import Conversation, Message
 from knowledge.models import Membership, Role
+from knowledge.rag import llm
 from knowledge.services import asking
 from tests.chat.conftest import ANSWER, HANDBOOK
 from tests.chat.sockets import TIMEOUT, ask, events_until, open_socket
@@ -385,6 +386,8 @@ async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
     # lookup is done, so it is not counted against the answer.
     await communicator.send_json_to({"type": "ping"})
     await communicator.receive_json_from(timeout=TIMEOUT)
+    # The Models page's picks are read once per process and change, not per answer.
+    await database_sync_to_async(llm.current_config)()
     every_query.clear()
 
     events = await ask(communicator, mode="local")

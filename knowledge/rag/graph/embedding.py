@@ -18,7 +18,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-from django.conf import settings
 
 from knowledge.rag import llm
 
@@ -50,7 +49,10 @@ class _ShortTexts:
         self.lock = threading.Lock()
 
     def get(self, texts: Sequence[str]) -> list[np.ndarray]:
-        model = f"{settings.EMBEDDING_BASE_URL}|{settings.EMBEDDING_MODEL}|{settings.EMBEDDING_DIM}"
+        # The model in use now (picked on the Models page, or the environment's): a switch without
+        # a restart must not serve the old model's vectors.
+        embedding = llm.current_config().embedding
+        model = f"{embedding.base_url}|{embedding.model}|{embedding.dimensions}" if embedding else "embedded"
         with self.lock:
             missing = list(dict.fromkeys(text for text in texts if (model, text) not in self.vectors))
         if missing:

@@ -1,14 +1,15 @@
 """Vector writes: many rows in one statement, binary vectors, and re-embedding after a model change."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import psycopg
 from django.db import connection, transaction
+from django.db.models import Q
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 
-from knowledge.models import Chunk, Entity, Relation
+from knowledge.models import Chunk, Document, Entity, Relation
 from knowledge.rag import llm
 from knowledge.rag.chunking import embedding_text
 from knowledge.rag.graph.embedding import entity_vectors, relation_vectors
@@ -190,6 +191,10 @@ def vector_dimensions() -> int:
 def resize_vector_columns(dimensions: int) -> None:
     """Change every vector column to `dimensions`, dropping the old vectors and rebuilding the HNSW indexes."""
     with transaction.atomic(), connection.cursor() as cursor:
+        # Staged vectors are the old model's too, and their column is NOT NULL: they go, and the
+        # documents they were staged for embed again when they run.
+        cursor.execute("DELETE FROM knowledge_pendingvector")
+        cursor.execute(f"ALTER TABLE knowledge_pendingvector ALTER COLUMN embedding TYPE vector({int(dimensions)})")
         for table, prefix in VECTOR_TABLES.items():
             index = f"{prefix}_embedding_hnsw"
             cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
@@ -202,7 +207,7 @@ def resize_vector_columns(dimensions: int) -> None:
             )
 
 
-def _reembed(model, queryset, embed) -> int:
+def _reembed(model, queryset, embed, on_page) -> int:
     done, last = 0, 0
     while True:
         page = list(queryset.filter(pk__gt=last).order_by("pk")[:REEMBED_PAGE])
@@ -212,24 +217,34 @@ def _reembed(model, queryset, embed) -> int:
         update_rows(model, {row["pk"]: {"embedding": vector} for row, vector in zip(page, vectors, strict=True)})
         done += len(page)
         last = page[-1]["pk"]
+        if on_page is not None:
+            on_page(len(page))
 
 
-def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
+def reembed_workspace(*, workspace_id: int, on_page: Callable[[int], None] | None = None) -> dict[str, int]:
     """Embed every published chunk, entity and relation of the workspace again with the current
-    embedding model (unpublished ones get theirs when their document is published)."""
+    embedding model (unpublished ones get theirs when their document is published). `on_page`
+    hears how many rows each page re-embedded.
+
+    Chunks are those with a vector or of a processed document: resizing the columns empties
+    every vector first."""
     from knowledge.rag.graph.embedding import clear_cache
 
     clear_cache()
     return {
         "chunks": _reembed(
             Chunk,
-            Chunk.objects.filter(workspace_id=workspace_id, embedding__isnull=False).values("pk", "section", "text"),
+            Chunk.objects.filter(workspace_id=workspace_id)
+            .filter(Q(document__status=Document.Status.PROCESSED) | Q(embedding__isnull=False))
+            .values("pk", "section", "text"),
             lambda page: llm.embed([embedding_text(row["section"], row["text"]) for row in page], purpose="passage"),
+            on_page,
         ),
         "entities": _reembed(
             Entity,
             Entity.objects.published().filter(workspace_id=workspace_id).values("pk", "name"),
             lambda page: entity_vectors([row["name"] for row in page]),
+            on_page,
         ),
         "relations": _reembed(
             Relation,
@@ -239,5 +254,6 @@ def reembed_workspace(*, workspace_id: int) -> dict[str, int]:
             lambda page: relation_vectors(
                 [(row["source__name"], row["target__name"], row["keywords"]) for row in page]
             ),
+            on_page,
         ),
     }

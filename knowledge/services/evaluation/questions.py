@@ -6,7 +6,6 @@ Describe the corpus from a sample, imagine users, for each user their tasks, and
 
 import re
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 
@@ -35,8 +34,8 @@ class EvaluationError(Exception):
 def require_chat_model(what: str) -> None:
     if not llm.chat_model_configured():
         raise EvaluationError(
-            f"{what} needs a chat model, and none is configured. Set LLM_BASE_URL (and LLM_API_KEY), "
-            "or LLM_API_KEY alone for OpenAI; see README, 'Using a real model'."
+            f"{what} needs a chat model, and none is configured. Connect one on the Models page (/models/), "
+            "or set LLM_BASE_URL (and LLM_API_KEY), or LLM_API_KEY alone for OpenAI; see docs/models.md."
         )
 
 
@@ -151,7 +150,7 @@ def evaluation_set_generate(
             name=name,
             corpus_description=description,
             generation={
-                "model": settings.LLM_MODEL,
+                "model": llm.chat_model_name(),
                 "users": users,
                 "tasks": tasks,
                 "questions": questions,

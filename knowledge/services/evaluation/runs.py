@@ -3,9 +3,7 @@ twice with the order swapped, and store answers, verdicts, cost and the summary 
 
 import asyncio
 from collections.abc import Callable
-from contextlib import contextmanager
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,22 +30,6 @@ from knowledge.services.evaluation.questions import EvaluationError, require_cha
 from knowledge.services.evaluation.systems import SystemAnswer, answer_questions
 
 
-@contextmanager
-def _chat_model(model: str):
-    """Point the chat calls at another model for the judging phase.
-
-    llm.py takes the model name from settings (for the endpoint and the cache key alike);
-    a management command is one process doing one thing at a time, so swapping the
-    setting around the judge's calls is safe here and nowhere else.
-    """
-    original = settings.LLM_MODEL
-    settings.LLM_MODEL = model
-    try:
-        yield
-    finally:
-        settings.LLM_MODEL = original
-
-
 def evaluation_run_start(
     *,
     workspace: Workspace,
@@ -72,8 +54,8 @@ def evaluation_run_start(
         evaluation_set=evaluation_set,
         system_a=system_a,
         system_b=system_b,
-        answer_model=settings.LLM_MODEL,
-        judge_model=judge_model or settings.LLM_MODEL,
+        answer_model=llm.chat_model_name(),
+        judge_model=judge_model or llm.chat_model_name(),
         created_by=created_by,
     )
 
@@ -95,7 +77,7 @@ def evaluation_run_execute(
                 answers[label] = answered
                 _store_answers(run, system, questions, answered)
             progress(f"Judging {len(questions)} pairs twice each with {run.judge_model} ...")
-            with _chat_model(run.judge_model):
+            with llm.chat_model_override(run.judge_model):
                 judgements = runner.run(_judge_all(questions, answers["a"], answers["b"]))
         EvaluationJudgement.objects.bulk_create(
             EvaluationJudgement(run=run, question=question, **judgement) for question, judgement in judgements
