@@ -395,6 +395,30 @@ class PendingVector(models.Model):
         return f"{self.kind} {self.row_id} of document {self.document_id}"
 
 
+class PendingRow(models.Model):
+    """What a document's build computed for a graph row it shares, applied in the transaction that
+    publishes the document.
+
+    A published row keeps serving the values of published documents until then; `sources` is the
+    fingerprint (count, lowest and highest id) of the provenance the values were computed from,
+    so publishing applies them only while it still holds and builds them again otherwise.
+    """
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pending_rows", db_index=False)
+    kind = models.CharField(max_length=8, choices=PendingVector.Kind.choices)
+    row_id = models.BigIntegerField()
+    values = models.JSONField()
+    sources = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["document", "kind", "row_id"], name="pendingrow_unique_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.row_id} as document {self.document_id} builds it"
+
+
 class GraphRebuild(models.Model):
     """Graph rows to rebuild from their provenance, recorded with the change that requires it
     (a document deletion, a failed document's cleanup) and retried until the model and the

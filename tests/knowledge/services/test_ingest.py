@@ -21,11 +21,13 @@ from knowledge.models import (
     Entity,
     EntitySource,
     GraphRebuild,
+    PendingRow,
     Relation,
     Workspace,
 )
 from knowledge.rag import prompts
 from knowledge.services import ingestion
+from knowledge.services.ingestion import runs, steps
 from knowledge.tasks import ingest_next
 from tests.factories import make_workspace
 from tests.knowledge.ingest_helpers import (
@@ -569,3 +571,67 @@ def test_many_short_mentions_wait_for_the_summary_floor_and_long_ones_do_not(ope
     for number in range(5, 8):
         _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub, long.")
     assert [len(fragments) for fragments in summaries] == [5]
+
+
+def _run_until(document: Document, stage: str) -> Document:
+    """Run a claimed document's steps in this process until it reaches `stage`."""
+    owner = runs.worker_identity()
+    current = steps.current(document.pk)
+    if current.lease_owner != owner:
+        assert runs._claim(owner, document.pk) == document.pk
+        current = steps.current(document.pk)
+    while current.stage != stage:
+        current = steps.run_step(steps.next_step(current, owner), current, owner, lambda document: None)
+    return current
+
+
+def _served(workspace) -> dict:
+    """What answers read of each published row: its text, numbers and vector."""
+    entities = {
+        key: (description, summary, type, list(vector))
+        for key, description, summary, type, vector in Entity.objects.published()
+        .filter(workspace=workspace)
+        .values_list("key", "description", "summary", "type", "embedding")
+    }
+    relations = {
+        tuple(sorted((source, target))): (keywords, description, weight, list(vector))
+        for source, target, keywords, description, weight, vector in Relation.objects.published()
+        .filter(workspace=workspace)
+        .values_list("source__key", "target__key", "keywords", "description", "weight", "embedding")
+    }
+    return {"entities": entities, "relations": relations}
+
+
+def test_a_shared_row_read_between_build_and_publish_keeps_its_published_text_and_vector(scripted, workspace, settings):
+    # Summaries change the rows' first lines, and so their vectors, at every document.
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0
+    _ingest(workspace, "a.txt", DOC_A)
+    before = _served(workspace)
+    second = _create(workspace, "b.txt", DOC_B)
+
+    _run_until(second, Document.Stage.PUBLISHING)
+
+    assert _served(workspace) == before
+    published = _run_until(second, Document.Stage.DONE)
+    assert published.status == Document.Status.PROCESSED
+    after = _served(workspace)
+    assert after["entities"]["acme corp"][0] != before["entities"]["acme corp"][0]
+    assert after["entities"]["acme corp"][3] != before["entities"]["acme corp"][3]
+    assert "Acme Corp employs Bob Jones." in after["entities"]["acme corp"][0]
+    assert after["relations"][("acme corp", "alice smith")][2] == 11.0
+
+
+def test_a_document_that_fails_after_its_build_leaves_the_shared_rows_as_they_were(scripted, workspace, settings):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0
+    _ingest(workspace, "a.txt", DOC_A)
+    before = _served(workspace)
+    settings.LLM_MAX_RETRIES = 1
+    second = _run_until(_create(workspace, "b.txt", DOC_B), Document.Stage.PUBLISHING)
+    # The usual reason a document fails: the model is down, so the rebuild of what it touched waits.
+    scripted.fail(1000, status=503, message="the model is down")
+    scripted.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
+
+    ingestion.document_fail(document_id=second.pk, error="The model went away.")
+
+    assert _served(workspace) == before
+    assert not PendingRow.objects.exists()
