@@ -511,8 +511,11 @@ class ApiToken(models.Model):
     """A bearer token for the HTTP APIs; only the sha256 of the secret is stored."""
 
     class Scope(models.TextChoices):
-        ASK = "ask", "Ask questions only"
-        FULL = "full", "Everything its user may do"
+        # Each allows what the ones above it do; the user's role in a workspace still decides
+        # what the token may do there (writing needs an editor, as in the browser).
+        READ = "read", "Read: workspaces, models, documents, the graph, answers"
+        ASK = "ask", "Ask: read, ask questions and give feedback"
+        WRITE = "write", "Write: ask, upload and delete documents"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
@@ -528,8 +531,9 @@ class ApiToken(models.Model):
         return self.name
 
     def allows(self, scope: str) -> bool:
-        """May this token do what `scope` names? A full token may do anything its user may."""
-        return self.scope == self.Scope.FULL or scope == self.scope
+        """May this token do what `scope` names (that scope or a wider one)?"""
+        order = list(self.Scope.values)
+        return self.scope in order and order.index(self.scope) >= order.index(scope)
 
 
 # --- Evaluation (issue 7): question sets, runs of two systems, judged answers ----------------
