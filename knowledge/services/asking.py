@@ -215,18 +215,18 @@ def _history(value: object) -> tuple[dict, ...]:
 
 def workspace_for_asking(*, user, slug: str, mode: str) -> Workspace:
     """The gate every question of a member passes, however long ago their socket opened: may
-    this user (still) ask in this workspace, is there anything to ask about in this mode, and
-    has the user questions left (RATE_LIMIT_ASK, one budget per user across every door)?
+    this user (still) ask in this workspace, has the user questions left (RATE_LIMIT_ASK, one
+    budget per user across every door), and is there anything to ask about in this mode?
     Raises AskDenied, AskRefused or AskLimited; returns the workspace, read afresh."""
     try:
         workspace = workspace_for_user(user, slug)
     except Http404:
         raise AskDenied("No such workspace, or you are not a member of it.") from None
-    check_workspace_ready(workspace=workspace, mode=mode)
     try:
         rate_limit_check(limit="RATE_LIMIT_ASK", user=user)
     except RateLimited as limited:
         raise AskLimited(str(limited), limited.retry_after) from None
+    check_workspace_ready(workspace=workspace, mode=mode)
     return workspace
 
 
