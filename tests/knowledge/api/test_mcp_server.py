@@ -153,6 +153,8 @@ async def test_the_question_limit_spent_on_other_doors_refuses_the_ask_tool(serv
     from tests.knowledge.conftest import SERVED_ASK_LIMIT
 
     settings.RATE_LIMIT_ASK = SERVED_ASK_LIMIT
+    # Counted in the served process's cache keys (each test of this process has a prefix of its own).
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": "cache"}}
     owner = await sync_to_async(lambda: served_team["workspace"].memberships.get().user)()
     allowed, _period = SERVED_ASK_LIMIT
     # The budget spent through the other doors, counted where they count it.
