@@ -332,7 +332,7 @@ def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scri
     assert queued_at_first_call == [1]
 
 
-def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_its_host(workspace):
+def test_a_starting_worker_takes_over_the_runs_of_dead_zombie_and_pid_reusing_processes_on_its_host(workspace):
     # A pool process killed with its worker is a zombie until PID 1 reaps it, which took more than
     # a second on this machine; a worker restarted within it once left the run to its 10-minute lease.
     zombie = subprocess.Popen(["true"])  # never waited for: a zombie of this process
@@ -341,21 +341,33 @@ def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_i
     gone.wait()
     host = socket.gethostname()
     lease = timezone.now() + timedelta(minutes=10)
+    me = ingestion.worker_identity()
+    started = int(me.rsplit(":", 1)[1])
     owners = {
-        "live": f"{host}:{os.getpid()}",
+        "live": me,
+        "older version": f"{host}:{os.getpid()}",
+        # This process's pid, but another process's start: a restarted container reusing the pid.
+        "reused pid": f"{host}:{os.getpid()}:{started - 100}",
         "zombie": f"{host}:{zombie.pid}",
-        "gone": f"{host}:{gone.pid}",
+        "gone": f"{host}:{gone.pid}:{started}",
         "elsewhere": f"another-host:{zombie.pid}",
     }
     for name, owner in owners.items():
         document = _create(workspace, f"{name}.txt", f"The run of {name}.")
         Document.objects.filter(pk=document.pk).update(status="processing", lease_owner=owner, lease_expires_at=lease)
 
-    assert ingestion.release_dead_leases() == 2
+    assert ingestion.release_dead_leases() == 3
     zombie.wait()
 
     held = dict(Document.objects.filter(workspace=workspace).values_list("title", "lease_owner"))
-    assert held == {"live.txt": owners["live"], "zombie.txt": "", "gone.txt": "", "elsewhere.txt": owners["elsewhere"]}
+    assert held == {
+        "live.txt": owners["live"],
+        "older version.txt": owners["older version"],
+        "reused pid.txt": "",
+        "zombie.txt": "",
+        "gone.txt": "",
+        "elsewhere.txt": owners["elsewhere"],
+    }
 
 
 def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):
