@@ -204,6 +204,14 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
         thread.join()
 
     assert errors == []
+    # The race happened: extraction requests of one document arrived between two of the other's.
+    letters = [
+        MEETING.findall(request.messages[1]["content"])[0][0]
+        for request in _extraction_requests(openai_double)
+        if MEETING.findall(request.messages[1]["content"])
+    ]
+    switches = sum(1 for first, second in zip(letters, letters[1:], strict=False) if first != second)
+    assert switches >= 2, f"the documents' batches did not interleave: {''.join(letters)}"
     assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
     expected = set()
     for chunk in Chunk.objects.filter(workspace=workspace):
