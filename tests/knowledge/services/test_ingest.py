@@ -19,6 +19,7 @@ from knowledge.models import (
     ChunkExtraction,
     Document,
     Entity,
+    EntityDegree,
     EntitySource,
     GraphRebuild,
     PendingRow,
@@ -646,6 +647,7 @@ def test_a_document_that_fails_after_its_build_leaves_the_shared_rows_as_they_we
     _ingest(workspace, "a.txt", DOC_A)
     before = _served(workspace)
     settings.LLM_MAX_RETRIES = 1
+    degrees = _degrees(workspace)
     second = _run_until(_create(workspace, "b.txt", DOC_B), Document.Stage.PUBLISHING)
     # The usual reason a document fails: the model is down, so the rebuild of what it touched waits.
     scripted.fail(1000, status=503, message="the model is down")
@@ -654,4 +656,54 @@ def test_a_document_that_fails_after_its_build_leaves_the_shared_rows_as_they_we
     ingestion.document_fail(document_id=second.pk, error="The model went away.")
 
     assert _served(workspace) == before
+    assert _degrees(workspace) == degrees
     assert not PendingRow.objects.exists()
+
+
+def _degrees(workspace) -> dict:
+    return dict(EntityDegree.objects.filter(entity__workspace=workspace).values_list("entity__key", "degree"))
+
+
+def test_degrees_after_a_failed_document_are_those_of_the_published_graph(scripted, workspace, settings):
+    settings.LLM_MAX_RETRIES = 1
+    _ingest(workspace, "a.txt", DOC_A)
+    degrees = _degrees(workspace)
+    second = _create(workspace, "b.txt", DOC_B)
+    # B would add Bob Jones, and a relation to Acme Corp, raising its degree; it fails at extraction.
+    scripted.fail(1000, status=400, message="the request was refused")
+
+    failed = ingestion.document_ingest(document_id=second.pk)
+
+    assert failed.status == Document.Status.FAILED
+    assert _degrees(workspace) == degrees == {"acme corp": 2, "alice smith": 1, "berlin": 1}
+
+
+def test_retry_brings_back_a_document_whose_lease_expired_while_processing(scripted, workspace):
+    document = _run_until(_create(workspace, "a.txt", DOC_A), Document.Stage.EXTRACTING)
+    # Its worker died: the lease ran out while the document still says "processing".
+    Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert Document.objects.get(pk=document.pk).status == Document.Status.PROCESSING
+
+    assert ingestion.document_retry(document=document)
+
+    document.refresh_from_db()
+    assert (document.status, document.lease_owner, document.error) == (Document.Status.PENDING, "", "")
+    assert ingestion.document_ingest(document_id=document.pk).status == Document.Status.PROCESSED
+    assert set(graph_dump(workspace)["entities"]) == {"alice smith", "acme corp", "berlin"}
+
+
+def test_a_broken_csv_fails_with_a_clear_message_and_leaves_nothing_in_the_graph(openai_double, workspace):
+    # A field past the csv module's limit: what a CSV with a stray quote near its top looks like.
+    document = _ingest(workspace, "broken.csv", 'name,notes\nAda,"never closed\n' + "x" * 200_000 + "\n")
+
+    assert document.status == Document.Status.FAILED
+    assert document.error == "broken.csv could not be read as CSV (field larger than field limit (131072))."
+    assert not Chunk.objects.filter(document=document).exists()
+    assert openai_double.chat_requests() == []
+
+
+def test_an_unterminated_quote_in_a_csv_keeps_the_rest_of_the_file_as_its_field(scripted, workspace):
+    document = _ingest(workspace, "notes.csv", 'name,notes\nAda,"never closed\nAlice Smith founded Acme Corp.\n')
+
+    assert document.status == Document.Status.PROCESSED
+    assert "Alice Smith founded Acme Corp." in Document.objects.get(pk=document.pk).text
