@@ -707,3 +707,48 @@ def test_an_unterminated_quote_in_a_csv_keeps_the_rest_of_the_file_as_its_field(
 
     assert document.status == Document.Status.PROCESSED
     assert "Alice Smith founded Acme Corp." in Document.objects.get(pk=document.pk).text
+
+
+def _pdf_stream_bomb() -> bytes:
+    """One page with a font and a content stream of 80 MB of spaces, 78 kB compressed: past
+    pypdf's 75 MB limit on what a stream may inflate to."""
+    import io
+    import zlib
+
+    from pypdf import PdfWriter
+    from pypdf.generic import DictionaryObject, NameObject, StreamObject
+
+    writer = PdfWriter()
+    page = writer.add_blank_page(100, 100)
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+    fonts = DictionaryObject({NameObject("/F1"): writer._add_object(font)})
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
+    stream = StreamObject()
+    stream._data = zlib.compress(b"BT /F1 12 Tf (Hi) Tj ET\n" + b" " * 80_000_000, 9)
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_a_pdf_stream_bomb_fails_the_document_with_a_clear_message(openai_double, workspace):
+    document = ingestion.document_create(
+        workspace=workspace, filename="bomb.pdf", data=_pdf_stream_bomb(), enqueue=False
+    )
+
+    failed = ingestion.document_ingest(document_id=document.pk)
+
+    assert failed.status == Document.Status.FAILED
+    assert failed.error == (
+        "bomb.pdf holds a compressed stream that expands beyond what a PDF is allowed to here "
+        "(a decompression bomb?); it was not read."
+    )
+    assert failed.error_detail == ""
+    assert openai_double.chat_requests() == []
