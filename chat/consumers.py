@@ -35,6 +35,7 @@ from knowledge.services.asking import (
     Asker,
     AskError,
     AskInvalid,
+    AskLimited,
     AskRequest,
     ErrorEvent,
     RetrievalEvent,
@@ -44,7 +45,6 @@ from knowledge.services.asking import (
     ask_stream,
     workspace_for_asking,
 )
-from knowledge.services.ratelimits import RateLimited, rate_limit_check
 
 CLOSE_NOT_LOGGED_IN = 4401
 CLOSE_NOT_A_MEMBER = 4403
@@ -116,9 +116,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
-            await database_sync_to_async(rate_limit_check)(limit="RATE_LIMIT_ASK", user=self.user)
             turn = await self.start_turn(request, content.get("conversation"))
-        except RateLimited as limited:
+        except AskLimited as limited:
             await self.send_error(str(limited), retry_after=limited.retry_after)
             return
         except AskDenied as denied:

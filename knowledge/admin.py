@@ -26,7 +26,7 @@ from knowledge.models import (
     Workspace,
 )
 from knowledge.selectors import relations_of_entity, roles_at_least, workspaces_for_user
-from knowledge.services import events
+from knowledge.services import events, ingestion
 from knowledge.services.api_tokens import api_token_revoke
 from knowledge.services.curation import (
     DUPLICATE_CANDIDATES,
@@ -142,6 +142,11 @@ class WorkspaceAdmin(WorkspaceScopedAdmin):
 
 @admin.register(Document)
 class DocumentAdmin(WorkspaceScopedAdmin):
+    """Documents arrive through the upload page and leave through the deletion service, as in the
+    browser: Django's cascade would leave orphan entities and relations published with stale
+    descriptions and degrees, no rebuild, audit row, file removal or count refresh. Staff may
+    rename a document; its status, stage, lease, counters and workspace belong to its run."""
+
     list_display = [
         "title",
         "workspace",
@@ -153,7 +158,33 @@ class DocumentAdmin(WorkspaceScopedAdmin):
     ]
     list_filter = ["status", WorkspaceFilter]
     search_fields = ["title", "original_filename"]
-    readonly_fields = ["content_hash", "text", "error_detail"]
+    readonly_fields = [field.name for field in Document._meta.concrete_fields if field.name not in ("id", "title")]
+
+    def has_add_permission(self, request):
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if "delete_selected" in actions:
+            function, name, _ = actions["delete_selected"]
+            actions[name] = (function, name, "Delete selected documents and what the graph learned only from them")
+        return actions
+
+    def get_deleted_objects(self, objs, request):
+        # The cascade below a document (chunks, provenance, vectors) is the service's to delete;
+        # listing it would also ask staff for delete permissions on every table it touches.
+        documents = list(objs)
+        return [str(document) for document in documents], {"documents": len(documents)}, set(), []
+
+    def delete_model(self, request, obj):
+        ingestion.document_delete(document=obj, actor=request.user, rebuild_now=False)
+
+    def delete_queryset(self, request, queryset):
+        by_workspace: dict[int, list[Document]] = {}
+        for document in queryset.select_related("workspace").defer("text"):
+            by_workspace.setdefault(document.workspace_id, []).append(document)
+        for documents in by_workspace.values():
+            ingestion.documents_delete(documents=documents, actor=request.user, rebuild_now=False)
 
 
 # --- Curation (issue 6): scoped to the workspaces where the staff user is editor or owner ------

@@ -399,6 +399,30 @@ class PendingVector(models.Model):
         return f"{self.kind} {self.row_id} of document {self.document_id}"
 
 
+class PendingRow(models.Model):
+    """What a document's build computed for a graph row it shares, applied in the transaction that
+    publishes the document.
+
+    A published row keeps serving the values of published documents until then; `sources` is the
+    fingerprint (count, lowest and highest id) of the provenance the values were computed from,
+    so publishing applies them only while it still holds and builds them again otherwise.
+    """
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="pending_rows", db_index=False)
+    kind = models.CharField(max_length=8, choices=PendingVector.Kind.choices)
+    row_id = models.BigIntegerField()
+    values = models.JSONField()
+    sources = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["document", "kind", "row_id"], name="pendingrow_unique_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.row_id} as document {self.document_id} builds it"
+
+
 class GraphRebuild(models.Model):
     """Graph rows to rebuild from their provenance, recorded with the change that requires it
     (a document deletion, a failed document's cleanup) and retried until the model and the
@@ -514,8 +538,11 @@ class ApiToken(models.Model):
     """A bearer token for the HTTP APIs; only the sha256 of the secret is stored."""
 
     class Scope(models.TextChoices):
-        ASK = "ask", "Ask questions only"
-        FULL = "full", "Everything its user may do"
+        # Each allows what the ones above it do; the user's role in a workspace still decides
+        # what the token may do there (writing needs an editor, as in the browser).
+        READ = "read", "Read: workspaces, models, documents, the graph, answers"
+        ASK = "ask", "Ask: read, ask questions and give feedback"
+        WRITE = "write", "Write: ask, upload and delete documents"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
@@ -531,8 +558,9 @@ class ApiToken(models.Model):
         return self.name
 
     def allows(self, scope: str) -> bool:
-        """May this token do what `scope` names? A full token may do anything its user may."""
-        return self.scope == self.Scope.FULL or scope == self.scope
+        """May this token do what `scope` names (that scope or a wider one)?"""
+        order = list(self.Scope.values)
+        return self.scope in order and order.index(self.scope) >= order.index(scope)
 
 
 # --- Evaluation (issue 7): question sets, runs of two systems, judged answers ----------------

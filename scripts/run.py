@@ -11,6 +11,8 @@ seconds, which cut workers off mid-step, and left Postgres running when one was 
 """
 
 import contextlib
+import ctypes
+import functools
 import os
 import re
 import shlex
@@ -68,6 +70,8 @@ def ensure_redis() -> str:
     sys.exit(f"Started redis-server but it does not answer at {local_url}; see {data / 'redis.log'}.")
 
 
+# prctl(2): the signal a process gets when the thread that started it dies.
+PR_SET_PDEATHSIG = 1
 PREFIX_COLOURS = ("\033[36m", "\033[33m", "\033[35m", "\033[32m")
 RESET = "\033[0m"
 
@@ -91,6 +95,21 @@ def _relay(name: str, colour: str, stream) -> None:
         sys.stdout.flush()
 
 
+def _die_with(parent: int) -> None:
+    """In the child, before it runs its command: the kernel kills it when this supervisor dies.
+
+    The children live in sessions of their own (for an orderly Ctrl-C), so a supervisor killed
+    with SIGKILL, or by a caller out of patience, used to leave web, worker and beat running as
+    orphans that held the port and the queue. Celery's pool processes die with their worker the
+    same way (Celery sets it for them)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            # The supervisor died between the fork and the prctl: nothing would signal us.
+            os._exit(1)
+
+
 class Supervisor:
     """Runs the Procfile's processes, each in a process group of its own, and stops them all."""
 
@@ -100,16 +119,17 @@ class Supervisor:
         self.stopping = threading.Event()
 
     def start(self) -> None:
-        for index, (name, command) in enumerate(procfile(self.env).items()):
-            process = subprocess.Popen(  # noqa: S603 - commands from our own Procfile
+        for name, command in procfile(self.env).items():
+            self.processes[name] = subprocess.Popen(  # noqa: S603 - commands from our own Procfile
                 command,
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 # Own group: Ctrl-C reaches only this process, which stops the others in order.
                 start_new_session=True,
+                preexec_fn=functools.partial(_die_with, os.getpid()),  # no other thread runs yet: relays start below
             )
-            self.processes[name] = process
+        for index, (name, process) in enumerate(self.processes.items()):
             colour = PREFIX_COLOURS[index % len(PREFIX_COLOURS)]
             threading.Thread(target=_relay, args=(name, colour, process.stdout), daemon=True).start()
 

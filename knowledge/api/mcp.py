@@ -26,7 +26,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
-from knowledge.api.auth import CHALLENGE, abearer_user
+from knowledge.api.auth import CHALLENGE, abearer_user, out_of_scope
 from knowledge.api.protocols import cited_sources
 from knowledge.models import Answer, Chunk, Document
 from knowledge.rag.retrieval import DEFAULT_MODE, DEFAULT_TOP_K
@@ -38,6 +38,7 @@ from knowledge.selectors import (
     workspace_for_user,
     workspaces_for_user,
 )
+from knowledge.services.api_tokens import SCOPE_ASK, SCOPE_READ
 from knowledge.services.asking import (
     Asker,
     AskError,
@@ -66,6 +67,12 @@ server = MCPServer(
 
 def _user(ctx: Context):
     return ctx.request_context.request.scope["user"]
+
+
+def _require(ctx: Context, scope: str) -> None:
+    token = ctx.request_context.request.scope["api_token"]
+    if not token.allows(scope):
+        raise ToolError(out_of_scope(token, scope))
 
 
 async def _read(function: Callable, *args, **kwargs):
@@ -114,6 +121,7 @@ async def ask(
     (entities) and [R1] (relations); `sources` lists the cited rows with their documents.
     mode: mix (default: graph and passages), hybrid, local (entities), global (relations),
     naive (passages only) or bypass (no retrieval). top_k: graph rows per search, 1-200."""
+    _require(ctx, SCOPE_ASK)
     try:
         request = ask_request(question=question, mode=mode, top_k=top_k)
         found = await _read(workspace_for_asking, user=_user(ctx), slug=workspace, mode=request.mode)
@@ -315,7 +323,8 @@ class McpApp:
             await _json(send, 400, {"error": "This host is not in ALLOWED_HOSTS."})
             return
         client = scope.get("client") or (None, None)
-        bearer = await abearer_user(headers.get("authorization", ""), ip=client[0])
+        # Any live token may connect and read; each tool that does more checks its own scope.
+        bearer = await abearer_user(headers.get("authorization", ""), scope=SCOPE_READ, ip=client[0])
         if bearer.user is None:
             extra = [(b"www-authenticate", CHALLENGE.encode())] if bearer.status == 401 else []
             if bearer.retry_after is not None:
@@ -323,7 +332,9 @@ class McpApp:
             await _json(send, bearer.status, {"error": bearer.error}, extra)
             return
         await self._start()
-        await server.session_manager.handle_request({**scope, "user": bearer.user}, receive, send)
+        await server.session_manager.handle_request(
+            {**scope, "user": bearer.user, "api_token": bearer.token}, receive, send
+        )
 
     async def _start(self) -> None:
         if self._running is None:

@@ -32,7 +32,6 @@ from knowledge.api.protocols import (
 from knowledge.api.responses import (
     ANSWER_ERROR_STATUS,
     Door,
-    ask_error_status,
     feedback_from_json,
     feedback_json,
     gate,
@@ -45,6 +44,7 @@ from knowledge.api.responses import (
 from knowledge.models import Answer
 from knowledge.selectors import answer_for_user, workspaces_for_user
 from knowledge.services.answers import FeedbackInvalid
+from knowledge.services.api_tokens import SCOPE_ASK, SCOPE_READ
 from knowledge.services.asking import (
     AskDenied,
     Asker,
@@ -69,14 +69,14 @@ def _no_such_model(name: object) -> JsonResponse:
 @csrf_exempt
 @require_GET
 async def version(request):
-    _, denied = await DOOR.token_user(request)
+    _, denied = await DOOR.token_user(request, scope=SCOPE_READ)
     return denied or JsonResponse({"version": OLLAMA_VERSION})
 
 
 @csrf_exempt
 @require_GET
 async def tags(request):
-    user, denied = await DOOR.token_user(request)
+    user, denied = await DOOR.token_user(request, scope=SCOPE_READ)
     if denied is not None:
         return denied
     workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
@@ -193,7 +193,7 @@ class _Reply:
 
 
 async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], piece: Callable[[str], dict]):
-    user, denied = await DOOR.token_user(request)
+    user, denied = await DOOR.token_user(request, scope=SCOPE_ASK)
     if denied is not None:
         return denied
     body = json_body(request)
@@ -218,7 +218,7 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
     except AskDenied:
         return _no_such_model(body["model"])
     except AskError as refusal:
-        return DOOR.error(ask_error_status(refusal), str(refusal))
+        return DOOR.ask_refused(refusal)
     started = await start_answer(workspace=workspace, request=ask, asker=Asker(user=user, door=Answer.Door.OLLAMA))
     if isinstance(started, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
@@ -238,7 +238,7 @@ async def _answer(request, *, asked: Callable[[dict], tuple[str, list[dict]]], p
 async def feedback(request):
     """Feedback on an answer this API gave (Ollama has no such call; the id is on our `done`
     line): {"id": "...", "rating": "up" | "down", "comment": "..."}."""
-    user, denied = await DOOR.token_user(request)
+    user, denied = await DOOR.token_user(request, scope=SCOPE_ASK)
     if denied is not None:
         return denied
     body = json_body(request)

@@ -42,6 +42,7 @@ from knowledge.api.responses import (
 from knowledge.models import Answer
 from knowledge.selectors import answer_for_user, workspaces_for_user
 from knowledge.services.answers import FeedbackInvalid
+from knowledge.services.api_tokens import SCOPE_ASK, SCOPE_READ
 from knowledge.services.asking import (
     AskDenied,
     Asker,
@@ -76,6 +77,7 @@ DOOR = Door(
 )
 # OpenAI's codes for the refusals of a key.
 _TOKEN_CODES = {401: "invalid_api_key", 403: "insufficient_scope", 429: "rate_limit_exceeded"}
+_ASK_CODES = {409: "workspace_not_ready", 429: "rate_limit_exceeded"}
 
 
 def _no_such_model(name: object) -> JsonResponse:
@@ -87,7 +89,7 @@ def _no_such_model(name: object) -> JsonResponse:
 @csrf_exempt
 @require_GET
 async def models(request):
-    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
+    user, denied = await DOOR.token_user(request, scope=SCOPE_READ, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
     workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
@@ -102,7 +104,7 @@ async def models(request):
 @csrf_exempt
 @require_POST
 async def chat_completions(request):
-    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
+    user, denied = await DOOR.token_user(request, scope=SCOPE_ASK, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
     body = json_body(request)
@@ -124,8 +126,7 @@ async def chat_completions(request):
     except AskDenied:
         return _no_such_model(body["model"])
     except AskError as refusal:
-        status = ask_error_status(refusal)
-        return DOOR.error(status, str(refusal), code="workspace_not_ready" if status == 409 else None)
+        return DOOR.ask_refused(refusal, code=_ASK_CODES.get(ask_error_status(refusal)))
     started = await start_answer(workspace=workspace, request=ask, asker=Asker(user=user, door=Answer.Door.OPENAI))
     if isinstance(started, ErrorEvent):
         return DOOR.error(ANSWER_ERROR_STATUS[started.reason], started.message)
@@ -235,7 +236,8 @@ async def completion(request, completion_id: str):
     """OpenAI's stored completion: GET reads an answer this token's user was given, POST
     {"metadata": {"rating": "up" | "down", "comment": "..."}} gives feedback on it (what the
     `openai` package's chat.completions.retrieve() and .update() send)."""
-    user, denied = await DOOR.token_user(request, codes=_TOKEN_CODES)
+    scope = SCOPE_ASK if request.method == "POST" else SCOPE_READ
+    user, denied = await DOOR.token_user(request, scope=scope, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
     answer = await sync_to_async(answer_for_user)(user, completion_id.removeprefix(COMPLETION_PREFIX))

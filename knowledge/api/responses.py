@@ -23,6 +23,7 @@ from knowledge.services.asking import (
     AskError,
     AskEvent,
     AskInvalid,
+    AskLimited,
     AskRefused,
     AskRequest,
     DoneEvent,
@@ -33,7 +34,7 @@ from knowledge.services.asking import (
 )
 
 # An ask that cannot start, by kind, and an answer that failed, by ErrorEvent.reason.
-ASK_ERROR_STATUS = {AskInvalid: 400, AskDenied: 404, AskRefused: 409}
+ASK_ERROR_STATUS = {AskInvalid: 400, AskDenied: 404, AskRefused: 409, AskLimited: 429}
 ANSWER_ERROR_STATUS = {"model": 502, "internal": 500}
 
 
@@ -57,10 +58,19 @@ class Door:
             bearer.status, bearer.error, code=(codes or {}).get(bearer.status), retry_after=bearer.retry_after
         )
 
-    async def token_user(self, request, *, codes: dict[int, str] | None = None):
-        """(user, None) for a live token within its limits, or (None, the refusal to send)."""
-        bearer = await abearer_user(request.headers.get("Authorization", ""), ip=request.META.get("REMOTE_ADDR"))
+    async def token_user(self, request, *, scope: str, codes: dict[int, str] | None = None):
+        """(user, None) for a live token whose scope allows `scope`, within its limits, or (None,
+        the refusal to send)."""
+        bearer = await abearer_user(
+            request.headers.get("Authorization", ""), scope=scope, ip=request.META.get("REMOTE_ADDR")
+        )
         return (bearer.user, None) if bearer.user is not None else (None, self.refused(bearer, codes=codes))
+
+    def ask_refused(self, refusal: AskError, *, code: str | None = None) -> JsonResponse:
+        """A question the gate refused, with Retry-After when the asker's question limit is spent."""
+        return self.error(
+            ask_error_status(refusal), str(refusal), code=code, retry_after=getattr(refusal, "retry_after", None)
+        )
 
 
 def json_body(request) -> dict | None:
@@ -77,7 +87,7 @@ def ask_error_status(error: AskError) -> int:
 
 
 async def gate(*, user, slug: str, request: AskRequest) -> Workspace:
-    """workspace_for_asking from an async door; raises AskDenied or AskRefused."""
+    """workspace_for_asking from an async door; raises AskDenied, AskRefused or AskLimited."""
     return await sync_to_async(workspace_for_asking)(user=user, slug=slug, mode=request.mode)
 
 

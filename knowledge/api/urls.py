@@ -7,6 +7,8 @@ from knowledge.api import http, ollama, openai
 
 urlpatterns = [
     path("api/workspaces/<slug:slug>/query", http.query, name="api_query"),
+    path("api/workspaces/<slug:slug>/documents", http.documents, name="api_documents"),
+    path("api/workspaces/<slug:slug>/documents/<int:pk>", http.document, name="api_document"),
     path(
         "api/workspaces/<slug:slug>/answers/<str:answer_id>/feedback", http.answer_feedback, name="api_answer_feedback"
     ),

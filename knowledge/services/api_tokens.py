@@ -14,8 +14,9 @@ from django.utils import timezone
 from knowledge.models import ApiToken
 
 TOKEN_PREFIX = "grt_"  # noqa: S105 - a public marker that makes leaked tokens easy to spot, not a secret
+SCOPE_READ = ApiToken.Scope.READ
 SCOPE_ASK = ApiToken.Scope.ASK
-SCOPE_FULL = ApiToken.Scope.FULL
+SCOPE_WRITE = ApiToken.Scope.WRITE
 
 
 def _digest(secret: str) -> str:

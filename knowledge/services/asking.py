@@ -48,6 +48,7 @@ from knowledge.rag.retrieval import (
 from knowledge.selectors import workspace_for_user
 from knowledge.services import answers
 from knowledge.services.answers import Asker
+from knowledge.services.ratelimits import RateLimited, rate_limit_check
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,14 @@ class AskDenied(AskError):
 
 class AskRefused(AskError):
     """The asker may ask, but not now: nothing in the workspace can answer yet (HTTP 409)."""
+
+
+class AskLimited(AskError):
+    """The asker's question limit (RATE_LIMIT_ASK) is spent for now (HTTP 429, with Retry-After)."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -206,12 +215,17 @@ def _history(value: object) -> tuple[dict, ...]:
 
 def workspace_for_asking(*, user, slug: str, mode: str) -> Workspace:
     """The gate every question of a member passes, however long ago their socket opened: may
-    this user (still) ask in this workspace, and is there anything to ask about in this mode?
-    Raises AskDenied or AskRefused; returns the workspace, read afresh."""
+    this user (still) ask in this workspace, has the user questions left (RATE_LIMIT_ASK, one
+    budget per user across every door), and is there anything to ask about in this mode?
+    Raises AskDenied, AskRefused or AskLimited; returns the workspace, read afresh."""
     try:
         workspace = workspace_for_user(user, slug)
     except Http404:
         raise AskDenied("No such workspace, or you are not a member of it.") from None
+    try:
+        rate_limit_check(limit="RATE_LIMIT_ASK", user=user)
+    except RateLimited as limited:
+        raise AskLimited(str(limited), limited.retry_after) from None
     check_workspace_ready(workspace=workspace, mode=mode)
     return workspace
 

@@ -97,6 +97,8 @@ def browser_page(monkeypatch):
     # from it; the test's own queries (setup, polling the worker's progress) are plain sync code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing and CI is set: the browser tests may not be skipped in CI.")
         pytest.skip(
             f"BROWSER TEST SKIPPED: {CHROMIUM} is missing. `make test` installs it with apt-get when run as root "
             "(scripts/ensure_chromium.sh); install Debian's chromium to run this test."

@@ -21,6 +21,9 @@ from tests.processes import daphne, process_env
 
 QUESTION_TEXT = "Who works with whom?"
 ANSWER = "Bob works with Carol [R1]; they met Alice [S2]."
+# The served process's question limit: an hour's window, so a test that spends it in this process
+# and asks daphne right after meets the same window.
+SERVED_ASK_LIMIT = (1000, 3600)
 KEYWORDS = {"high_level_keywords": ["collaboration"], "low_level_keywords": ["Alice", "Bob"]}
 
 
@@ -61,6 +64,7 @@ def served(served_model, django_db_setup):
         EMBEDDING_MODEL="double-embed",
         LLM_RETRY_BACKOFF=0,
         LLM_MAX_RETRIES=0,
+        RATE_LIMIT_ASK=f"{SERVED_ASK_LIMIT[0]}/hour",
     )
     with daphne(env) as process:
         yield process

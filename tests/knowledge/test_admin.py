@@ -217,3 +217,104 @@ def test_it_lets_nobody_add_or_delete_graph_rows_in_the_admin(client, curation):
 
     assert client.get(reverse("admin:knowledge_entity_add")).status_code == 403
     assert client.get(reverse("admin:knowledge_entity_delete", args=[curation["acme"].pk])).status_code == 403
+
+
+# --- Documents: deleting goes through the deletion service; what a run owns is not editable ----
+
+
+@pytest.fixture
+def two_graphs(db, settings, openai_double):
+    """The same two documents ingested into a workspace an owner runs from the admin and into another."""
+    from knowledge.services import ingestion
+    from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0
+    openai_double.reply(answer)
+    owner = make_user("owner", is_staff=True, is_superuser=True)
+    by_admin = make_workspace(slug="by-admin", members={owner: Role.OWNER})
+    by_service = make_workspace(slug="by-service")
+    for workspace in (by_admin, by_service):
+        for name, text in (("a.txt", DOC_A), ("b.txt", DOC_B)):
+            document = ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+            ingestion.document_ingest(document_id=document.pk)
+    return owner, by_admin, by_service
+
+
+def _as_the_service_leaves_it(by_admin, by_service):
+    from knowledge.models import Document, GraphRebuild
+    from knowledge.services import ingestion
+    from tests.knowledge.ingest_helpers import graph_dump
+
+    # The rebuild the admin queued for a worker, run here.
+    for rebuild in GraphRebuild.objects.filter(workspace=by_admin):
+        assert ingestion.graph_rebuild_run(rebuild_id=rebuild.pk)
+    ingestion.document_delete(document=Document.objects.get(workspace=by_service, title="a.txt"))
+    by_admin.refresh_from_db()
+    by_service.refresh_from_db()
+    assert graph_dump(by_admin) == graph_dump(by_service)
+    assert (by_admin.entity_count, by_admin.relation_count, by_admin.chunk_count) == (
+        by_service.entity_count,
+        by_service.relation_count,
+        by_service.chunk_count,
+    )
+
+
+def test_an_admin_delete_leaves_the_graph_the_deletion_service_leaves(client, two_graphs):
+    from knowledge.models import Document
+
+    owner, by_admin, by_service = two_graphs
+    doomed = Document.objects.get(workspace=by_admin, title="a.txt")
+    client.force_login(owner)
+
+    response = client.post(reverse("admin:knowledge_document_delete", args=[doomed.pk]), {"post": "yes"})
+
+    assert response.status_code == 302
+    _as_the_service_leaves_it(by_admin, by_service)
+    event = AuditEvent.objects.get(workspace=by_admin, action="document.delete")
+    assert event.actor == owner
+
+
+def test_deleting_selected_documents_in_the_admin_goes_through_the_deletion_service(client, two_graphs):
+    from knowledge.models import Document
+
+    owner, by_admin, by_service = two_graphs
+    doomed = Document.objects.get(workspace=by_admin, title="a.txt")
+    client.force_login(owner)
+    changelist = reverse("admin:knowledge_document_changelist")
+    selection = {"action": "delete_selected", "_selected_action": [doomed.pk]}
+
+    confirm = client.post(changelist, selection)
+    response = client.post(changelist, {**selection, "post": "yes"})
+
+    assert "a.txt" in confirm.content.decode()
+    assert response.status_code == 302
+    _as_the_service_leaves_it(by_admin, by_service)
+    assert AuditEvent.objects.filter(workspace=by_admin, action="document.delete", actor=owner).count() == 1
+
+
+def test_staff_cannot_edit_what_a_documents_run_owns(client, two_graphs):
+    from knowledge.models import Document
+
+    owner, by_admin, by_service = two_graphs
+    document = Document.objects.get(workspace=by_admin, title="a.txt")
+    client.force_login(owner)
+    change = reverse("admin:knowledge_document_change", args=[document.pk])
+
+    page = client.get(change).content.decode()
+    client.post(
+        change,
+        {"title": "Renamed", "workspace": by_service.pk, "status": "pending", "stage": "queued", "lease_owner": "x:1"},
+    )
+
+    for field in ("workspace", "status", "stage", "lease_owner", "lease_expires_at", "chunk_count"):
+        assert f'name="{field}"' not in page
+    assert 'name="title"' in page
+    document.refresh_from_db()
+    assert (document.title, document.workspace_id, document.status, document.stage, document.lease_owner) == (
+        "Renamed",
+        by_admin.pk,
+        "processed",
+        "done",
+        "",
+    )

@@ -17,7 +17,7 @@ class Command(BaseCommand):
             "--scope",
             choices=ApiToken.Scope.values,
             default=SCOPE_ASK,
-            help="ask: ask questions only (the default); full: everything the user may do",
+            help="read: list and read; ask: also ask (the default); write: also upload and delete documents",
         )
         parser.add_argument(
             "--expires-days", type=int, default=None, help="days until the token stops working (default: never)"

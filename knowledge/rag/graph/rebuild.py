@@ -1,11 +1,16 @@
-"""Entities and relations recomputed from their provenance, written only if nobody changed it meanwhile."""
+"""Entities and relations recomputed from their provenance, written only if nobody changed it meanwhile.
+
+What a published row serves comes from the provenance of published documents only. A document's
+build (`document_id`) computes its rows from that provenance and its own, and stages the result
+for its publishing transaction (knowledge.rag.graph.staging) instead of writing it onto rows
+that are served.
+"""
 
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import OperationalError, transaction
-from django.db.models import Count, Max, Min
 from psycopg.errors import DeadlockDetected
 
 from knowledge.models import Entity, EntitySource, Relation, RelationSource
@@ -18,6 +23,8 @@ from knowledge.rag.graph.describe import (
 )
 from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_text, relation_vectors
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
+from knowledge.rag.graph.provenance import fingerprints, fingerprints_of, source_rows
+from knowledge.rag.graph.staging import stage_rows
 from knowledge.rag.graph.vectors import update_rows
 
 REBUILD_BATCH = 100
@@ -36,38 +43,37 @@ def _batches(ids: Iterable[int]) -> list[list[int]]:
     return [ordered[i : i + REBUILD_BATCH] for i in range(0, len(ordered), REBUILD_BATCH)]
 
 
-def _fingerprints(model, field: str, ids: list[int]) -> dict[int, tuple]:
-    rows = (
-        model.objects.filter(**{f"{field}__in": ids})
-        .values(field)
-        .annotate(n=Count("id"), low=Min("id"), high=Max("id"))
-        .values_list(field, "n", "low", "high")
-    )
-    return {row[0]: row[1:] for row in rows}
-
-
 def rebuild_entities(
-    *, entity_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
+    *,
+    entity_ids: Iterable[int],
+    usage: llm.Usage | None = None,
+    fallback: bool = False,
+    document_id: int | None = None,
 ) -> RebuildResult:
     """Recompute type (majority vote), display name and description of each entity from its provenance.
 
     Entities left without provenance are deleted (their relations with them). A published entity
     whose display name changed is embedded again. `fallback` keeps budgeted fragments when a
-    summary call fails instead of raising.
+    summary call fails instead of raising. With `document_id`, the build of that unpublished
+    document: published rows get their values staged for its publication, not written.
     """
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(entity_ids):
-        _rebuild_batch(_EntityRebuild(batch, usage, fallback), result)
+        _rebuild_batch(_EntityRebuild(batch, usage, fallback, document_id), result)
     return result
 
 
 def rebuild_relations(
-    *, relation_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
+    *,
+    relation_ids: Iterable[int],
+    usage: llm.Usage | None = None,
+    fallback: bool = False,
+    document_id: int | None = None,
 ) -> RebuildResult:
     """Recompute weight (sum of strengths), keywords (union) and description of each relation."""
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(relation_ids):
-        _rebuild_batch(_RelationRebuild(batch, usage, fallback), result)
+        _rebuild_batch(_RelationRebuild(batch, usage, fallback, document_id), result)
     return result
 
 
@@ -81,7 +87,7 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
         try:
             with transaction.atomic():
                 job.lock(plan)
-                current = _fingerprints(job.source_model, job.source_field, ids)
+                current = fingerprints(job.source_model, job.source_field, ids, job.document_id)
                 stale = [pk for pk in ids if current.get(pk) != plan.fingerprints.get(pk)]
                 if stale and last:
                     # Still racing after several tries: compute once more while holding the locks.
@@ -123,13 +129,16 @@ class _Plan:
     updates: dict[int, dict]
     orphans: list[int]
     workspace_keys: dict[int, set[str]] = field(default_factory=dict)
+    # Every live row's values (without its vector) and which were published, for staging.
+    values: dict[int, dict] = field(default_factory=dict)
+    published: set[int] = field(default_factory=set)
 
 
 class _EntityRebuild:
     source_model, source_field = EntitySource, "entity_id"
 
-    def __init__(self, ids, usage, fallback):
-        self.ids, self.usage, self.fallback = ids, usage, fallback
+    def __init__(self, ids, usage, fallback, document_id):
+        self.ids, self.usage, self.fallback, self.document_id = ids, usage, fallback, document_id
 
     def plan(self, ids: list[int]) -> _Plan:
         rows = {
@@ -141,16 +150,14 @@ class _EntityRebuild:
         types: dict[int, Counter] = {}
         spellings: dict[int, Counter] = {}
         descriptions: dict[int, list[tuple[int, str]]] = {}
-        for source_id, entity_id, name, kind, description in (
-            EntitySource.objects.filter(entity_id__in=ids)
-            .order_by("id")
-            .values_list("id", "entity_id", "name", "type", "description")
-        ):
-            if kind:
-                types.setdefault(entity_id, Counter())[kind] += 1
-            spellings.setdefault(entity_id, Counter())[name] += 1
-            descriptions.setdefault(entity_id, []).append((source_id, description))
-        fingerprints = _fingerprints(EntitySource, "entity_id", ids)
+        sources = source_rows(EntitySource, "entity_id", ids, ("name", "type", "description"), self.document_id)
+        for entity_id, found in sources.items():
+            for source_id, name, kind, description in found:
+                if kind:
+                    types.setdefault(entity_id, Counter())[kind] += 1
+                spellings.setdefault(entity_id, Counter())[name] += 1
+                descriptions.setdefault(entity_id, []).append((source_id, description))
+        fingerprints = fingerprints_of(sources)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         # The display name stays while some source still spells it so (a curated survivor keeps its
         # name); otherwise the most common spelling among the remaining sources takes over.
@@ -165,13 +172,14 @@ class _EntityRebuild:
             pk for pk, row in alive.items() if row["published"] and entity_text(names[pk]) != entity_text(row["name"])
         ]
         vectors = dict(zip(renamed, entity_vectors([names[pk] for pk in renamed]), strict=True))
-        updates = {}
+        updates, values = {}, {}
         for pk, row in alive.items():
             fields = {
                 "name": names[pk],
                 "type": types[pk].most_common(1)[0][0] if pk in types else row["type"],
                 **_described_fields(merged[pk]),
             }
+            values[pk] = dict(fields)
             if pk in vectors:
                 fields["embedding"] = vectors[pk]
             if any(row[name] != value for name, value in fields.items() if name != "embedding") or pk in vectors:
@@ -180,7 +188,8 @@ class _EntityRebuild:
         for row in rows.values():
             workspace_keys.setdefault(row["workspace_id"], set()).add(row["key"])
         orphans = [pk for pk in rows if pk not in fingerprints]
-        return _Plan(fingerprints, list(rows), updates, orphans, workspace_keys)
+        published = {pk for pk, row in alive.items() if row["published"]}
+        return _Plan(fingerprints, list(rows), updates, orphans, workspace_keys, values, published)
 
     def lock(self, plan: _Plan) -> None:
         for workspace_id, keys in plan.workspace_keys.items():
@@ -193,14 +202,14 @@ class _EntityRebuild:
             result.deleted += (
                 Entity.objects.filter(pk__in=orphans, sources__isnull=True).delete()[1].get("knowledge.Entity", 0)
             )
-        _write_updates(Entity, {pk: plan.updates[pk] for pk in ids if pk in plan.updates}, result)
+        _write(Entity, plan, ids, result, self.document_id)
 
 
 class _RelationRebuild:
     source_model, source_field = RelationSource, "relation_id"
 
-    def __init__(self, ids, usage, fallback):
-        self.ids, self.usage, self.fallback = ids, usage, fallback
+    def __init__(self, ids, usage, fallback, document_id):
+        self.ids, self.usage, self.fallback, self.document_id = ids, usage, fallback, document_id
 
     def plan(self, ids: list[int]) -> _Plan:
         rows = {
@@ -219,15 +228,15 @@ class _RelationRebuild:
         weights: dict[int, float] = {}
         keywords: dict[int, list[str]] = {}
         descriptions: dict[int, list[tuple[int, str]]] = {}
-        for source_id, relation_id, strength, words, description in (
-            RelationSource.objects.filter(relation_id__in=ids)
-            .order_by("id")
-            .values_list("id", "relation_id", "strength", "keywords", "description")
-        ):
-            weights[relation_id] = weights.get(relation_id, 0.0) + strength
-            keywords.setdefault(relation_id, []).append(words)
-            descriptions.setdefault(relation_id, []).append((source_id, description))
-        fingerprints = _fingerprints(RelationSource, "relation_id", ids)
+        sources = source_rows(
+            RelationSource, "relation_id", ids, ("strength", "keywords", "description"), self.document_id
+        )
+        for relation_id, found in sources.items():
+            for source_id, strength, words, description in found:
+                weights[relation_id] = weights.get(relation_id, 0.0) + strength
+                keywords.setdefault(relation_id, []).append(words)
+                descriptions.setdefault(relation_id, []).append((source_id, description))
+        fingerprints = fingerprints_of(sources)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         merged = describe(
             "relationship",
@@ -256,14 +265,17 @@ class _RelationRebuild:
                 strict=True,
             )
         )
-        updates = {}
+        updates, values = {}, {}
         for pk, row in alive.items():
             fields = {"keywords": new_keywords[pk], "weight": weights[pk], **_described_fields(merged[pk])}
+            values[pk] = dict(fields)
             if pk in vectors:
                 fields["embedding"] = vectors[pk]
             if any(row[name] != value for name, value in fields.items() if name != "embedding") or pk in vectors:
                 updates[pk] = fields
-        return _Plan(fingerprints, list(rows), updates, [pk for pk in rows if pk not in fingerprints])
+        orphans = [pk for pk in rows if pk not in fingerprints]
+        published = {pk for pk, row in alive.items() if row["published"]}
+        return _Plan(fingerprints, list(rows), updates, orphans, {}, values, published)
 
     def lock(self, plan: _Plan) -> None:
         lock_relations(relation_ids=plan.found)
@@ -273,10 +285,22 @@ class _RelationRebuild:
         orphans = [pk for pk in plan.orphans if pk in ids_set]
         if orphans:
             result.deleted += Relation.objects.filter(pk__in=orphans, sources__isnull=True).delete()[0]
-        _write_updates(Relation, {pk: plan.updates[pk] for pk in ids if pk in plan.updates}, result)
+        _write(Relation, plan, ids, result, self.document_id)
 
 
-def _write_updates(model, updates: dict[int, dict], result: RebuildResult) -> None:
+def _write(model, plan: _Plan, ids: list[int], result: RebuildResult, document_id: int | None) -> None:
+    """Write the fresh rows' new values; for a document's build, stage them for its publication
+    instead, except on rows nobody is served yet (their vectors are staged by the build)."""
+    updates = {pk: plan.updates[pk] for pk in ids if pk in plan.updates}
+    if document_id is not None:
+        served = {pk: fields for pk, fields in updates.items() if pk in plan.published}
+        stage_rows(
+            document_id=document_id,
+            model=model,
+            rows={pk: (plan.values[pk], plan.fingerprints[pk]) for pk in ids if pk in plan.values},
+            vectors={pk: fields["embedding"] for pk, fields in served.items() if "embedding" in fields},
+        )
+        updates = {pk: values for pk, values in updates.items() if pk not in plan.published}
     update_rows(model, updates)
     result.updated += len(updates)
     result.embedded += sum("embedding" in values for values in updates.values())

@@ -128,7 +128,7 @@ WHERE p.document_id = %s AND p.kind = %s AND t.id = p.row_id AND {condition}
 
 def publish_vectors(*, document_id: int) -> dict[str, int]:
     """Move the document's staged vectors onto their rows, publishing entities and relations that
-    were not yet; rows counted per kind. Call it inside the publishing transaction."""
+    were not yet; rows newly published counted per kind. Call it inside the publishing transaction."""
     published = {}
     with connection.cursor() as cursor:
         # Rows are locked in id order, as the rebuild's writes lock them, so publishers and
@@ -144,6 +144,8 @@ def publish_vectors(*, document_id: int) -> dict[str, int]:
         )
         published["chunk"] = cursor.rowcount
         for table in ("entity", "relation"):
+            # Served rows whose vector the document changed (knowledge.rag.graph.staging), then its new rows.
+            cursor.execute(_PUBLISH_SQL.format(table=table, extra="", condition="t.published"), [document_id, table])
             cursor.execute(
                 _PUBLISH_SQL.format(table=table, extra=", published = true", condition="NOT t.published"),
                 [document_id, table],

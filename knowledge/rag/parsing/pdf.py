@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 def pdf_document(filename: str, data: bytes, builder: Builder, limits: Limits) -> tuple[Section, ...]:
     """Add the pages to `builder`; return the sections the outline gives (empty without one)."""
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import LimitReachedError, PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -34,6 +34,13 @@ def pdf_document(filename: str, data: bytes, builder: Builder, limits: Limits) -
         outline = _outline(reader)
     except ParseError:
         raise
+    except LimitReachedError as exc:
+        # A stream that inflates past pypdf's limits (75 MB): a decompression bomb, or a page far
+        # beyond any text a person uploads. Refused as such, not as an unexpected failure.
+        raise ParseError(
+            f"{filename} holds a compressed stream that expands beyond what a PDF is allowed to here "
+            "(a decompression bomb?); it was not read."
+        ) from exc
     except (PdfReadError, ValueError, KeyError, TypeError, OSError, AttributeError, RecursionError) as exc:
         raise ParseError(f"{filename} could not be read as a PDF ({exc}).") from exc
     text = "".join(builder.parts)

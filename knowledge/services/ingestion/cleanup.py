@@ -21,6 +21,7 @@ from knowledge.models import (
     Entity,
     EntitySource,
     GraphRebuild,
+    PendingRow,
     PendingVector,
     Relation,
     RelationSource,
@@ -87,6 +88,7 @@ def document_fail(*, document_id: int, error: str, detail: str = "") -> Document
         RelationSource.objects.filter(chunk__document_id=document_id).delete()
         entity_ids, relation_ids = _remove_orphans(entity_ids, relation_ids)
         PendingVector.objects.filter(document_id=document_id).exclude(kind=PendingVector.Kind.CHUNK).delete()
+        PendingRow.objects.filter(document_id=document_id).delete()
         merged_stage = document.stage in (Stage.EXTRACTING, Stage.BUILDING, Stage.PUBLISHING)
         Document.objects.filter(pk=document_id).update(
             status=Document.Status.FAILED,

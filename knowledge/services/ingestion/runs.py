@@ -46,8 +46,16 @@ class IngestInterrupted(Exception):
         self.public = public
 
 
+def _started(process: psutil.Process) -> int:
+    """When the process started, in hundredths of a second since the epoch (the kernel's clock
+    ticks): with the pid, it names one process, where a pid alone is reused by the next
+    container or the next boot."""
+    return round(process.create_time() * 100)
+
+
 def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid:start, what a lease names as its owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(psutil.Process())}"
 
 
 def _claimable() -> Q:
@@ -317,19 +325,25 @@ def release_dead_leases(hostname: str | None = None) -> int:
     for document_id, owner in Document.objects.filter(lease_owner__startswith=f"{hostname}:").values_list(
         "pk", "lease_owner"
     ):
-        pid = owner.rsplit(":", 1)[1]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        pid, _, started = owner[len(hostname) + 1 :].partition(":")
+        if pid.isdigit() and not _process_alive(int(pid), int(started) if started.isdigit() else None):
             dead.append(document_id)
     if dead:
         Document.objects.filter(pk__in=dead).update(lease_owner="", lease_expires_at=None)
     return len(dead)
 
 
-def _process_alive(pid: int) -> bool:
+def _process_alive(pid: int, started: int | None) -> bool:
+    """Is the process that took the lease still running? A process with its pid but another
+    start time is a stranger (a restarted container reuses pids from 1); a lease of an older
+    version (no start time) trusts the pid."""
     # A killed pool process stays a zombie until its new parent, PID 1 once the worker's main
     # process died with it, reaps it; a signal still reaches a zombie, so only its state tells.
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        process = psutil.Process(pid)
+        if started is not None and _started(process) != started:
+            return False
+        return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:

@@ -19,6 +19,7 @@ from psycopg.errors import DeadlockDetected
 
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
+from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
 from knowledge.rag.graph.vectors import publish_vectors, stage_vectors, stage_vectors_of_others
 from knowledge.rag.tokens import count_tokens
 from knowledge.services import events
@@ -58,6 +59,14 @@ class DocumentGone(Exception):
 
 class LeaseLost(Exception):
     """Another run took the document over (this one stalled past its lease)."""
+
+
+class _Restage(Exception):
+    """Provenance of rows the document shares changed after its build: build them again."""
+
+    def __init__(self, entity_ids: list[int], relation_ids: list[int]):
+        super().__init__()
+        self.entity_ids, self.relation_ids = entity_ids, relation_ids
 
 
 class DocumentRefused(Exception):
@@ -383,6 +392,22 @@ def _stage_row_vectors(document: Document, entity_ids: list[int], relation_ids: 
         )
 
 
+def _build_rows(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
+    """Describe the rows as they will be once the document is published: rows nobody is served yet
+    are written, the values of served ones wait for the publishing transaction (graph.staging)."""
+    usage = llm.Usage()
+    try:
+        graph.rebuild_entities(entity_ids=entity_ids, usage=usage, document_id=document.pk)
+        graph.rebuild_relations(relation_ids=relation_ids, usage=usage, document_id=document.pk)
+    finally:
+        _count_usage(document, usage)
+
+
+def _restage(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
+    _build_rows(document, entity_ids, relation_ids)
+    _stage_row_vectors(document, entity_ids, relation_ids)
+
+
 def _build(document: Document, owner: str) -> None:
     began = time.perf_counter()
     entity_ids, relation_ids = touched_rows(document)
@@ -394,12 +419,7 @@ def _build(document: Document, owner: str) -> None:
         return
     entities = [pk for kind, pk in batch if kind == "entity"]
     relations = [pk for kind, pk in batch if kind == "relation"]
-    usage = llm.Usage()
-    try:
-        graph.rebuild_entities(entity_ids=entities, usage=usage)
-        graph.rebuild_relations(relation_ids=relations, usage=usage)
-    finally:
-        _count_usage(document, usage)
+    _build_rows(document, entities, relations)
     described = time.perf_counter()
     _stage_row_vectors(document, entities, relations)
     built = document.stage_done + len(batch)
@@ -422,14 +442,27 @@ def _build(document: Document, owner: str) -> None:
 
 
 def _publish(document: Document, owner: str) -> None:
+    """One transaction makes the document visible: the values it staged for shared rows, the
+    vectors of its chunks and rows, its new rows and its status, all at once."""
     began = time.perf_counter()
     entity_ids, relation_ids = touched_rows(document)
-    # Rows another run's deletion or a curation merge renumbered after this document's build.
-    _stage_row_vectors(document, entity_ids, relation_ids)
+    # Rows whose provenance changed after the build (another document published, a deletion, a
+    # curation merge that renumbered rows) are built again before the transaction, which then
+    # only checks, under the locks every writer of provenance takes, that nothing moved since.
+    _restage(document, *unstaged(document_id=document.pk, entity_ids=entity_ids, relation_ids=relation_ids))
     for attempt in range(PUBLISH_ATTEMPTS):
+        last = attempt + 1 == PUBLISH_ATTEMPTS
         try:
             with transaction.atomic():
                 _checked(document, owner)
+                lock_staged(workspace_id=document.workspace_id, entity_ids=entity_ids, relation_ids=relation_ids)
+                stale = unstaged(document_id=document.pk, entity_ids=entity_ids, relation_ids=relation_ids)
+                if any(stale):
+                    if not last:
+                        raise _Restage(*stale)
+                    # Still racing after several tries: build them while holding the locks.
+                    _restage(document, *stale)
+                apply_staged(document_id=document.pk)
                 published = publish_vectors(document_id=document.pk)
                 # With their vectors published, the document's entities find their synonyms.
                 graph.link_synonyms(entity_ids)
@@ -457,6 +490,8 @@ def _publish(document: Document, owner: str) -> None:
                     relation_count=F("relation_count") + published["relation"],
                 )
             return
+        except _Restage as restage:
+            _restage(document, restage.entity_ids, restage.relation_ids)
         except OperationalError as err:
-            if attempt + 1 == PUBLISH_ATTEMPTS or not isinstance(err.__cause__, DeadlockDetected):
+            if last or not isinstance(err.__cause__, DeadlockDetected):
                 raise

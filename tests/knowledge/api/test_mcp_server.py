@@ -128,3 +128,65 @@ def test_it_refuses_requests_without_a_valid_token_with_401(served_team, authori
     assert response.status_code == 401
     assert response.json()["error"]
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_a_read_token_reads_but_cannot_ask(served_team):
+    from asgiref.sync import sync_to_async
+
+    from knowledge.services.api_tokens import SCOPE_READ, api_token_create
+
+    owner = await sync_to_async(lambda: served_team["workspace"].memberships.get().user)()
+    _, reader = await sync_to_async(api_token_create)(user=owner, name="reader", scope=SCOPE_READ)
+    async with connected(served_team, token=reader) as client:
+        workspaces = await call(client, "list_workspaces")
+        refused = await client.call_tool("ask", {"workspace": "acme", "question": QUESTION_TEXT})
+
+    assert [row["slug"] for row in workspaces["result"]] == ["acme", "empty"]
+    assert refused.is_error
+    assert "does not allow asking questions" in refused.content[0].text
+
+
+async def test_the_question_limit_spent_on_other_doors_refuses_the_ask_tool(served_team, settings):
+    from asgiref.sync import sync_to_async
+
+    from knowledge.services.ratelimits import RateLimited, rate_limit_check
+    from tests.knowledge.conftest import SERVED_ASK_LIMIT
+
+    settings.RATE_LIMIT_ASK = SERVED_ASK_LIMIT
+    # Counted in the served process's cache keys (each test of this process has a prefix of its own).
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": "cache"}}
+    owner = await sync_to_async(lambda: served_team["workspace"].memberships.get().user)()
+    allowed, _period = SERVED_ASK_LIMIT
+    # The budget spent through the other doors, counted where they count it.
+    with pytest.raises(RateLimited):
+        await sync_to_async(rate_limit_check)(limit="RATE_LIMIT_ASK", user=owner, count=allowed + 1)
+    async with connected(served_team) as client:
+        refused = await client.call_tool("ask", {"workspace": "acme", "question": QUESTION_TEXT})
+
+    assert refused.is_error
+    assert "Too many questions for now" in refused.content[0].text
+
+
+@pytest.mark.parametrize("state", ["revoked", "expired"])
+def test_it_refuses_a_revoked_or_expired_token_with_401(served_team, state):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from knowledge.models import ApiToken
+    from knowledge.services.api_tokens import api_token_authenticate
+
+    token = api_token_authenticate(served_team["token"])
+    changes = {"revoked_at": timezone.now()} if state == "revoked" else {"expires_at": timezone.now() - timedelta(1)}
+    ApiToken.objects.filter(pk=token.pk).update(**changes)
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {served_team['token']}",
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    response = httpx.post(f"{served_team['url']}/mcp", headers=headers, content=json.dumps(body))
+
+    assert response.status_code == 401
+    assert "not valid" in response.json()["error"]

@@ -12,7 +12,8 @@ from django.utils import timezone
 from knowledge.models import ApiToken
 from knowledge.services.api_tokens import (
     SCOPE_ASK,
-    SCOPE_FULL,
+    SCOPE_READ,
+    SCOPE_WRITE,
     api_token_authenticate,
     api_token_create,
     api_token_revoke,
@@ -74,13 +75,13 @@ def test_it_refuses_the_token_of_an_inactive_user(workspace, owner):
     assert ask(secret).status_code == 401
 
 
-def test_it_limits_an_ask_token_to_asking_and_lets_a_full_token_do_everything():
-    ask_only, full = ApiToken(scope=SCOPE_ASK), ApiToken(scope=SCOPE_FULL)
+def test_each_scope_allows_itself_and_the_narrower_ones():
+    read, ask_, write = (ApiToken(scope=scope) for scope in (SCOPE_READ, SCOPE_ASK, SCOPE_WRITE))
 
-    assert ask_only.allows(SCOPE_ASK)
-    assert not ask_only.allows(SCOPE_FULL)
-    assert full.allows(SCOPE_ASK)
-    assert full.allows(SCOPE_FULL)
+    assert [read.allows(scope) for scope in (SCOPE_READ, SCOPE_ASK, SCOPE_WRITE)] == [True, False, False]
+    assert [ask_.allows(scope) for scope in (SCOPE_READ, SCOPE_ASK, SCOPE_WRITE)] == [True, True, False]
+    assert [write.allows(scope) for scope in (SCOPE_READ, SCOPE_ASK, SCOPE_WRITE)] == [True, True, True]
+    assert not ApiToken(scope="full").allows(SCOPE_READ)  # a value no migration knows allows nothing
 
 
 def test_it_makes_ask_only_tokens_unless_told_otherwise(owner):
@@ -91,11 +92,11 @@ def test_it_makes_ask_only_tokens_unless_told_otherwise(owner):
 
 
 def test_it_creates_a_scoped_expiring_token_from_the_command(owner, capsys):
-    call_command("create_api_token", "--user", "owner", "--name", "ci", "--scope", "full", "--expires-days", "30")
+    call_command("create_api_token", "--user", "owner", "--name", "ci", "--scope", "write", "--expires-days", "30")
     secret = capsys.readouterr().out.strip()
 
     token = api_token_authenticate(secret)
-    assert token.scope == SCOPE_FULL
+    assert token.scope == SCOPE_WRITE
     assert timedelta(days=29) < token.expires_at - timezone.now() <= timedelta(days=30)
 
 

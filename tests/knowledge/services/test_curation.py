@@ -311,27 +311,47 @@ def test_a_merge_while_a_document_is_ingested_leaves_a_consistent_graph(scripted
     later = ingestion.document_create(
         workspace=workspace, filename="four.txt", data=b"I.B.M. hired Ada in Armonk.", enqueue=False
     )
-    start, errors = threading.Barrier(2), []
+    # The document's extraction is held until the merge is done, so the merge provably lands
+    # between the document reading "I.B.M." and merging it into the graph.
+    extracting, merged, happened, errors = threading.Event(), threading.Event(), [], []
+
+    def held(body):
+        if len(body["messages"]) == 2 and "I.B.M. hired Ada" in body["messages"][1]["content"]:
+            happened.append("extraction asked")
+            extracting.set()
+            merged.wait(timeout=60)
+            happened.append("extraction answered")
+        return _answer(body)
+
+    scripted.reply(held)
+
+    def ingest():
+        ingestion.document_ingest(document_id=later.pk)
+        happened.append("document ingested")
+
+    def merge():
+        assert extracting.wait(timeout=60), "the document never asked for its extraction"
+        entity_merge(survivor=survivor, others=others, actor=owner)
+        happened.append("merge done")
+        merged.set()
 
     def run(work):
         try:
-            start.wait()
             work()
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
+            merged.set()
             connection.close()
 
-    threads = [
-        threading.Thread(target=run, args=(lambda: ingestion.document_ingest(document_id=later.pk),)),
-        threading.Thread(target=run, args=(lambda: entity_merge(survivor=survivor, others=others, actor=owner),)),
-    ]
+    threads = [threading.Thread(target=run, args=(work,)) for work in (ingest, merge)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
     assert errors == []
+    assert happened == ["extraction asked", "merge done", "extraction answered", "document ingested"]
     keys = set(Entity.objects.filter(workspace=workspace).values_list("key", flat=True))
     assert keys == {"ibm", "armonk", "watson", "ada"}
     assert Entity.objects.get(key="ibm").sources.filter(chunk__document=later).exists()

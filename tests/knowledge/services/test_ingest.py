@@ -19,13 +19,16 @@ from knowledge.models import (
     ChunkExtraction,
     Document,
     Entity,
+    EntityDegree,
     EntitySource,
     GraphRebuild,
+    PendingRow,
     Relation,
     Workspace,
 )
 from knowledge.rag import prompts
 from knowledge.services import ingestion
+from knowledge.services.ingestion import runs, steps
 from knowledge.tasks import ingest_next
 from tests.factories import make_workspace
 from tests.knowledge.ingest_helpers import (
@@ -202,6 +205,14 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
         thread.join()
 
     assert errors == []
+    # The race happened: extraction requests of one document arrived between two of the other's.
+    letters = [
+        MEETING.findall(request.messages[1]["content"])[0][0]
+        for request in _extraction_requests(openai_double)
+        if MEETING.findall(request.messages[1]["content"])
+    ]
+    switches = sum(1 for first, second in zip(letters, letters[1:], strict=False) if first != second)
+    assert switches >= 2, f"the documents' batches did not interleave: {''.join(letters)}"
     assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
     expected = set()
     for chunk in Chunk.objects.filter(workspace=workspace):
@@ -330,7 +341,7 @@ def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scri
     assert queued_at_first_call == [1]
 
 
-def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_its_host(workspace):
+def test_a_starting_worker_takes_over_the_runs_of_dead_zombie_and_pid_reusing_processes_on_its_host(workspace):
     # A pool process killed with its worker is a zombie until PID 1 reaps it, which took more than
     # a second on this machine; a worker restarted within it once left the run to its 10-minute lease.
     zombie = subprocess.Popen(["true"])  # never waited for: a zombie of this process
@@ -339,21 +350,33 @@ def test_a_starting_worker_takes_over_the_runs_of_dead_and_zombie_processes_on_i
     gone.wait()
     host = socket.gethostname()
     lease = timezone.now() + timedelta(minutes=10)
+    me = ingestion.worker_identity()
+    started = int(me.rsplit(":", 1)[1])
     owners = {
-        "live": f"{host}:{os.getpid()}",
+        "live": me,
+        "older version": f"{host}:{os.getpid()}",
+        # This process's pid, but another process's start: a restarted container reusing the pid.
+        "reused pid": f"{host}:{os.getpid()}:{started - 100}",
         "zombie": f"{host}:{zombie.pid}",
-        "gone": f"{host}:{gone.pid}",
+        "gone": f"{host}:{gone.pid}:{started}",
         "elsewhere": f"another-host:{zombie.pid}",
     }
     for name, owner in owners.items():
         document = _create(workspace, f"{name}.txt", f"The run of {name}.")
         Document.objects.filter(pk=document.pk).update(status="processing", lease_owner=owner, lease_expires_at=lease)
 
-    assert ingestion.release_dead_leases() == 2
+    assert ingestion.release_dead_leases() == 3
     zombie.wait()
 
     held = dict(Document.objects.filter(workspace=workspace).values_list("title", "lease_owner"))
-    assert held == {"live.txt": owners["live"], "zombie.txt": "", "gone.txt": "", "elsewhere.txt": owners["elsewhere"]}
+    assert held == {
+        "live.txt": owners["live"],
+        "older version.txt": owners["older version"],
+        "reused pid.txt": "",
+        "zombie.txt": "",
+        "gone.txt": "",
+        "elsewhere.txt": owners["elsewhere"],
+    }
 
 
 def test_the_same_text_in_another_workspace_is_served_from_the_cache(scripted, workspace):
@@ -569,3 +592,163 @@ def test_many_short_mentions_wait_for_the_summary_floor_and_long_ones_do_not(ope
     for number in range(5, 8):
         _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub, long.")
     assert [len(fragments) for fragments in summaries] == [5]
+
+
+def _run_until(document: Document, stage: str) -> Document:
+    """Run a claimed document's steps in this process until it reaches `stage`."""
+    owner = runs.worker_identity()
+    current = steps.current(document.pk)
+    if current.lease_owner != owner:
+        assert runs._claim(owner, document.pk) == document.pk
+        current = steps.current(document.pk)
+    while current.stage != stage:
+        current = steps.run_step(steps.next_step(current, owner), current, owner, lambda document: None)
+    return current
+
+
+def _served(workspace) -> dict:
+    """What answers read of each published row: its text, numbers and vector."""
+    entities = {
+        key: (description, summary, type, list(vector))
+        for key, description, summary, type, vector in Entity.objects.published()
+        .filter(workspace=workspace)
+        .values_list("key", "description", "summary", "type", "embedding")
+    }
+    relations = {
+        tuple(sorted((source, target))): (keywords, description, weight, list(vector))
+        for source, target, keywords, description, weight, vector in Relation.objects.published()
+        .filter(workspace=workspace)
+        .values_list("source__key", "target__key", "keywords", "description", "weight", "embedding")
+    }
+    return {"entities": entities, "relations": relations}
+
+
+def test_a_shared_row_read_between_build_and_publish_keeps_its_published_text_and_vector(scripted, workspace, settings):
+    # Summaries change the rows' first lines, and so their vectors, at every document.
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0
+    _ingest(workspace, "a.txt", DOC_A)
+    before = _served(workspace)
+    second = _create(workspace, "b.txt", DOC_B)
+
+    _run_until(second, Document.Stage.PUBLISHING)
+
+    assert _served(workspace) == before
+    published = _run_until(second, Document.Stage.DONE)
+    assert published.status == Document.Status.PROCESSED
+    after = _served(workspace)
+    assert after["entities"]["acme corp"][0] != before["entities"]["acme corp"][0]
+    assert after["entities"]["acme corp"][3] != before["entities"]["acme corp"][3]
+    assert "Acme Corp employs Bob Jones." in after["entities"]["acme corp"][0]
+    assert after["relations"][("acme corp", "alice smith")][2] == 11.0
+
+
+def test_a_document_that_fails_after_its_build_leaves_the_shared_rows_as_they_were(scripted, workspace, settings):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0
+    _ingest(workspace, "a.txt", DOC_A)
+    before = _served(workspace)
+    settings.LLM_MAX_RETRIES = 1
+    degrees = _degrees(workspace)
+    second = _run_until(_create(workspace, "b.txt", DOC_B), Document.Stage.PUBLISHING)
+    # The usual reason a document fails: the model is down, so the rebuild of what it touched waits.
+    scripted.fail(1000, status=503, message="the model is down")
+    scripted.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
+
+    ingestion.document_fail(document_id=second.pk, error="The model went away.")
+
+    assert _served(workspace) == before
+    assert _degrees(workspace) == degrees
+    assert not PendingRow.objects.exists()
+
+
+def _degrees(workspace) -> dict:
+    return dict(EntityDegree.objects.filter(entity__workspace=workspace).values_list("entity__key", "degree"))
+
+
+def test_degrees_after_a_failed_document_are_those_of_the_published_graph(scripted, workspace, settings):
+    settings.LLM_MAX_RETRIES = 1
+    _ingest(workspace, "a.txt", DOC_A)
+    degrees = _degrees(workspace)
+    second = _create(workspace, "b.txt", DOC_B)
+    # B would add Bob Jones, and a relation to Acme Corp, raising its degree; it fails at extraction.
+    scripted.fail(1000, status=400, message="the request was refused")
+
+    failed = ingestion.document_ingest(document_id=second.pk)
+
+    assert failed.status == Document.Status.FAILED
+    assert _degrees(workspace) == degrees == {"acme corp": 2, "alice smith": 1, "berlin": 1}
+
+
+def test_retry_brings_back_a_document_whose_lease_expired_while_processing(scripted, workspace):
+    document = _run_until(_create(workspace, "a.txt", DOC_A), Document.Stage.EXTRACTING)
+    # Its worker died: the lease ran out while the document still says "processing".
+    Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert Document.objects.get(pk=document.pk).status == Document.Status.PROCESSING
+
+    assert ingestion.document_retry(document=document)
+
+    document.refresh_from_db()
+    assert (document.status, document.lease_owner, document.error) == (Document.Status.PENDING, "", "")
+    assert ingestion.document_ingest(document_id=document.pk).status == Document.Status.PROCESSED
+    assert set(graph_dump(workspace)["entities"]) == {"alice smith", "acme corp", "berlin"}
+
+
+def test_a_broken_csv_fails_with_a_clear_message_and_leaves_nothing_in_the_graph(openai_double, workspace):
+    # A field past the csv module's limit: what a CSV with a stray quote near its top looks like.
+    document = _ingest(workspace, "broken.csv", 'name,notes\nAda,"never closed\n' + "x" * 200_000 + "\n")
+
+    assert document.status == Document.Status.FAILED
+    assert document.error == "broken.csv could not be read as CSV (field larger than field limit (131072))."
+    assert not Chunk.objects.filter(document=document).exists()
+    assert openai_double.chat_requests() == []
+
+
+def test_an_unterminated_quote_in_a_csv_keeps_the_rest_of_the_file_as_its_field(scripted, workspace):
+    document = _ingest(workspace, "notes.csv", 'name,notes\nAda,"never closed\nAlice Smith founded Acme Corp.\n')
+
+    assert document.status == Document.Status.PROCESSED
+    assert "Alice Smith founded Acme Corp." in Document.objects.get(pk=document.pk).text
+
+
+def _pdf_stream_bomb() -> bytes:
+    """One page with a font and a content stream of 80 MB of spaces, 78 kB compressed: past
+    pypdf's 75 MB limit on what a stream may inflate to."""
+    import io
+    import zlib
+
+    from pypdf import PdfWriter
+    from pypdf.generic import DictionaryObject, NameObject, StreamObject
+
+    writer = PdfWriter()
+    page = writer.add_blank_page(100, 100)
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+    fonts = DictionaryObject({NameObject("/F1"): writer._add_object(font)})
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
+    stream = StreamObject()
+    stream._data = zlib.compress(b"BT /F1 12 Tf (Hi) Tj ET\n" + b" " * 80_000_000, 9)
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_a_pdf_stream_bomb_fails_the_document_with_a_clear_message(openai_double, workspace):
+    document = ingestion.document_create(
+        workspace=workspace, filename="bomb.pdf", data=_pdf_stream_bomb(), enqueue=False
+    )
+
+    failed = ingestion.document_ingest(document_id=document.pk)
+
+    assert failed.status == Document.Status.FAILED
+    assert failed.error == (
+        "bomb.pdf holds a compressed stream that expands beyond what a PDF is allowed to here "
+        "(a decompression bomb?); it was not read."
+    )
+    assert failed.error_detail == ""
+    assert openai_double.chat_requests() == []

@@ -15,6 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection, connections
+from django.utils import timezone
 
 from knowledge.models import Chunk, Document
 from knowledge.services import ingestion
@@ -68,7 +69,8 @@ def queue():
 
 def owner_pid(document: Document) -> int | None:
     document.refresh_from_db()
-    return int(document.lease_owner.rsplit(":", 1)[1]) if document.lease_owner else None
+    # host:pid:start (knowledge.services.ingestion.runs.worker_identity)
+    return int(document.lease_owner.split(":")[1]) if document.lease_owner else None
 
 
 def worker_ready(worker) -> bool:
@@ -284,3 +286,50 @@ def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_p
         log = worker.log()
     assert "database" in log.lower()  # the worker saw the outage
     assert graph_dump(workspace) == clean_reference(parts(), "meetings")
+
+
+def test_the_procfiles_beat_line_runs_the_sweeper_that_queues_due_graph_rebuilds(
+    openai_double, queue, tmp_path, settings
+):
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from knowledge.models import GraphRebuild
+    from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer
+    from tests.processes import started
+
+    line = next(
+        line for line in (Path(settings.BASE_DIR) / "Procfile").read_text().splitlines() if line.startswith("beat:")
+    )
+    command = shlex.split(line.removeprefix("beat:"))
+    assert command[:2] == ["celery", "-A"]
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 1, 0  # as the worker below
+    openai_double.reply(answer)
+    workspace, alone = make_workspace(slug="both"), make_workspace(slug="alone")
+    for target, name, text in ((workspace, "a.txt", DOC_A), (workspace, "b.txt", DOC_B), (alone, "b.txt", DOC_B)):
+        document = ingestion.document_create(workspace=target, filename=name, data=text.encode(), enqueue=False)
+        ingestion.document_ingest(document_id=document.pk)
+    # A deletion while the model is down leaves its rebuild to the sweeper, after a backoff.
+    openai_double.fail(1000, status=503, message="the model is down")
+    openai_double.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
+    openai_double.reply(lambda body: "Summary: fresh " + answer(body))
+    ingestion.document_delete(document=Document.objects.get(workspace=workspace, title="a.txt"))
+    rebuild = GraphRebuild.objects.get(workspace=workspace)
+    openai_double._failures.clear()
+    openai_double.reply(answer)
+    env = process_env(INGEST_SWEEP_SECONDS=1, SUMMARY_TRIGGER=1, SUMMARY_MIN_TOKENS=0)
+
+    with celery_worker("worker", env) as worker:
+        wait_for(lambda: worker_ready(worker), timeout=120, what="the worker")
+        # Due only now, after the worker's own start-up sweep: only beat can queue it.
+        GraphRebuild.objects.filter(pk=rebuild.pk).update(next_attempt_at=timezone.now())
+        # The Procfile's command as written; `celery` is this environment's.
+        beat_command = [sys.executable, "-m", *command, "-s", str(tmp_path / "schedule")]
+        with started("beat", beat_command, env) as beat:
+            wait_for(lambda: not GraphRebuild.objects.filter(pk=rebuild.pk).exists(), timeout=180, what="the rebuild")
+            log = beat.log()
+
+    assert "knowledge.tasks.sweep" in log
+    assert "rebuild_graph[" in worker.log()
+    assert graph_dump(workspace) == graph_dump(alone)

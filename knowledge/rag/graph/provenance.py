@@ -1,0 +1,38 @@
+"""Which provenance a graph row's values come from.
+
+A served row says only what published documents say; a document's build adds its own sources
+(knowledge.rag.graph.staging). Rebuilds and publishing compare these fingerprints to know whether
+what they computed still holds.
+"""
+
+from knowledge.models import Document
+
+
+def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
+    """The sources a row's values may come from: those of published documents, and of the document
+    being built. A row only in-flight documents support (it is unpublished, or every published
+    document behind it was deleted) is computed from all of them: nothing else describes it."""
+    seen = [row for row in sources if row[-2] == Document.Status.PROCESSED or row[-1] == document_id]
+    return seen or sources
+
+
+def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], document_id: int | None) -> dict:
+    """row id -> its visible sources as (id, *columns), in id order."""
+    everything: dict[int, list[tuple]] = {}
+    for row in (
+        model.objects.filter(**{f"{field}__in": ids})
+        .order_by("id")
+        .values_list(field, "id", *columns, "chunk__document__status", "chunk__document_id")
+    ):
+        everything.setdefault(row[0], []).append(row[1:])
+    return {pk: [row[:-2] for row in _visible(rows, document_id)] for pk, rows in everything.items()}
+
+
+def fingerprints_of(rows: dict[int, list[tuple]]) -> dict[int, tuple]:
+    """row id -> (count, lowest id, highest id) of its sources."""
+    return {pk: (len(found), found[0][0], found[-1][0]) for pk, found in rows.items()}
+
+
+def fingerprints(model, field: str, ids: list[int], document_id: int | None = None) -> dict[int, tuple]:
+    """row id -> the fingerprint of the sources its values come from."""
+    return fingerprints_of(source_rows(model, field, ids, (), document_id))
