@@ -53,6 +53,7 @@ NOT_A_MEMBER = "No such workspace, or you are not a member of it."
 # Enough rows for an agent to choose from without flooding its context.
 LIST_MAX = 200
 ENTITY_ROWS_MAX = 100
+GET_REFUSED = "This MCP server sends no event stream: POST each JSON-RPC message to /mcp."
 
 server = MCPServer(
     "graphrag-teams",
@@ -321,6 +322,12 @@ class McpApp:
             if bearer.retry_after is not None:
                 extra.append((b"retry-after", str(bearer.retry_after).encode()))
             await _json(send, bearer.status, {"error": bearer.error}, extra)
+            return
+        if scope["method"] == "GET":
+            # A stateless server has no stream of its own to offer; the SDK would hold the GET
+            # open with no header until its first ping (15 s), past the patience of MCP hosts.
+            # The spec lets a server answer 405 instead, which clients take as "no stream here".
+            await _json(send, 405, {"error": GET_REFUSED}, [(b"allow", b"POST, DELETE")])
             return
         await self._start()
         await server.session_manager.handle_request({**scope, "user": bearer.user}, receive, send)
