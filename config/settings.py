@@ -21,6 +21,7 @@ from config.env import (
     env_prices,
     env_rate,
     env_str,
+    env_url,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -46,6 +47,9 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Where people's browsers reach the site; links handed to API clients start with it, since the
+# host an API client's backend used (host.docker.internal, a service name) opens nothing in a browser.
+PUBLIC_BASE_URL = env_url("PUBLIC_BASE_URL")
 
 # Transport security (docs/operations.md, "Security"). Production (DEBUG off) is served over HTTPS behind a
 # TLS proxy unless HTTPS=false says otherwise (`make run` and the tests serve plain HTTP).

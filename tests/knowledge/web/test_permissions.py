@@ -154,6 +154,7 @@ CASES: dict[str, list[Case]] = {
     ],
     "knowledge:ollama_version": [TOKEN_ONLY],
     "knowledge:ollama_tags": [TOKEN_ONLY],
+    "knowledge:ollama_ps": [TOKEN_ONLY],
     "knowledge:ollama_chat": [
         Case(
             args=(),
