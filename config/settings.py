@@ -50,6 +50,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Where people's browsers reach the site; links handed to API clients start with it, since the
 # host an API client's backend used (host.docker.internal, a service name) opens nothing in a browser.
 PUBLIC_BASE_URL = env_url("PUBLIC_BASE_URL")
+# /metrics for Prometheus answers only a scrape that sends this as a bearer token; empty: off.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # Transport security (docs/operations.md, "Security"). Production (DEBUG off) is served over HTTPS behind a
 # TLS proxy unless HTTPS=false says otherwise (`make run` and the tests serve plain HTTP).
@@ -288,7 +290,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First, so it sees every error page: API paths answer JSON (knowledge/api/errors.py).
+    # Outermost, so every response is counted as sent (docs/operations.md, "Metrics").
+    "knowledge.api.metrics.count_requests",
+    # Next, so it sees every error page: API paths answer JSON (knowledge/api/errors.py).
     "knowledge.api.errors.json_errors",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

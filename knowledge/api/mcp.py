@@ -27,6 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
 from knowledge.api.auth import CHALLENGE, abearer_user
+from knowledge.api.metrics import count_request
 from knowledge.api.protocols import cited_sources
 from knowledge.models import Answer, Chunk, Document
 from knowledge.rag.retrieval import DEFAULT_MODE, DEFAULT_TOP_K
@@ -310,6 +311,14 @@ class McpApp:
         self._task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                count_request(MCP_PATH, message["status"])
+            await send(message)
+
+        await self._answer(scope, receive, counted)
+
+    async def _answer(self, scope, receive, send):
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         domain, _port = split_domain_port(headers.get("host", ""))
         if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):

@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from knowledge import metrics
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
 from knowledge.rag.graph.vectors import publish_vectors, stage_vectors, stage_vectors_of_others
@@ -452,6 +453,7 @@ def _publish(document: Document, owner: str) -> None:
                     entity_count=F("entity_count") + published["entity"],
                     relation_count=F("relation_count") + published["relation"],
                 )
+            metrics.count(metrics.INGEST_TOKENS, document.token_count)
             return
         except OperationalError as err:
             if attempt + 1 == PUBLISH_ATTEMPTS or not isinstance(err.__cause__, DeadlockDetected):
