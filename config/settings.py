@@ -141,6 +141,9 @@ RERANK_TIMEOUT = env_float("RERANK_TIMEOUT", 30.0)
 INGEST_LEASE_SECONDS = env_int("INGEST_LEASE_SECONDS", 60, minimum=3)
 INGEST_SLICE_SECONDS = env_int("INGEST_SLICE_SECONDS", 30, minimum=1)
 INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
+# Ingestion turns that run at once, all workers together (the Procfile's `--concurrency 2`):
+# the documents' time left shares the work waiting out among them.
+INGEST_WORKERS = env_int("INGEST_WORKERS", 2, minimum=1)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 6, minimum=1)
 INGEST_RETRY_BACKOFF = env_float("INGEST_RETRY_BACKOFF", 60.0)
 # `make run`: how long web, worker and beat get to stop before they are killed.

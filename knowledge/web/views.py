@@ -113,7 +113,11 @@ def documents(request, slug):
     documents = selectors.documents_browse(workspace=workspace, status=status, query=query)
     page = Paginator(documents, DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
     # Rendered from the same payload as live updates, so a row looks the same either way.
-    rows = [events.document_payload(document, reference=events.workspace_pace(workspace.pk)) for document in page]
+    waiting = events.work_waiting()
+    rows = [
+        events.document_payload(document, reference=events.workspace_pace(workspace.pk), waiting=waiting)
+        for document in page
+    ]
     counts = selectors.document_status_counts(workspace=workspace)
     context = _context(
         workspace,
