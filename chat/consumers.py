@@ -23,6 +23,7 @@ from django.http import Http404
 from chat import selectors, services
 from chat.models import Conversation
 from chat.rendering import render_answer, render_message
+from knowledge import metrics
 from knowledge.models import Answer, Workspace
 from knowledge.rag.answer.citations import answer_citations
 from knowledge.rag.llm import Usage
@@ -68,6 +69,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     closed = False
 
     async def connect(self):
+        metrics.count(metrics.WEBSOCKET_CONNECTIONS, socket="chat")
         # Accept before closing: a refused handshake reaches the browser as a bare 1006,
         # while a close frame carries the code the page turns into "log in again".
         await self.accept()
@@ -85,6 +87,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.user = user
 
     async def disconnect(self, code):
+        metrics.count(metrics.WEBSOCKET_DISCONNECTIONS, socket="chat")
         self.closed = True
         await self.stop_stream()
 

@@ -19,6 +19,21 @@ def _title_from(question: str) -> str:
     return title or DEFAULT_TITLE
 
 
+def _distinct_title(workspace: Workspace, user, title: str) -> str:
+    """`title`, or with " (2)", " (3)" when the user already has a conversation so titled here,
+    so two conversations started with the same question can be told apart in the list."""
+    taken = set(
+        Conversation.objects.filter(workspace=workspace, user=user, title__startswith=title).values_list(
+            "title", flat=True
+        )
+    )
+    candidate, number = title, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{title} ({number})"
+    return candidate
+
+
 def conversation_create(*, workspace: Workspace, user, title: str = "") -> Conversation:
     return Conversation.objects.create(workspace=workspace, user=user, title=title.strip() or DEFAULT_TITLE)
 
@@ -47,9 +62,10 @@ def question_record(
 ) -> Message:
     """Save a question, starting a conversation titled after it when there is none yet."""
     if conversation is None:
-        conversation = conversation_create(workspace=workspace, user=user, title=_title_from(question))
+        title = _distinct_title(workspace, user, _title_from(question))
+        conversation = conversation_create(workspace=workspace, user=user, title=title)
     elif conversation.title == DEFAULT_TITLE:
-        conversation.title = _title_from(question)
+        conversation.title = _distinct_title(workspace, user, _title_from(question))
     # Saving also bumps updated_at, so the conversation moves to the top of the list.
     conversation.save()
     return Message.objects.create(conversation=conversation, role=Message.Role.USER, content=question, mode=mode)

@@ -12,11 +12,15 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from config.routing import websocket_urlpatterns  # noqa: E402
 from knowledge.api.mcp import MCP_PATH, mcp_app  # noqa: E402
+from knowledge.web.upload_gate import refuse_oversized_uploads  # noqa: E402
+
+django_app = refuse_oversized_uploads(django_asgi_app)
 
 
 async def http_app(scope, receive, send):
-    """The MCP server (an ASGI app of the `mcp` package) at /mcp; Django everywhere else."""
-    app = mcp_app if scope["path"].rstrip("/") == MCP_PATH else django_asgi_app
+    """The MCP server (an ASGI app of the `mcp` package) at /mcp; Django everywhere else, behind
+    the refusal of oversized uploads, which must come before Django reads the body."""
+    app = mcp_app if scope["path"].rstrip("/") == MCP_PATH else django_app
     await app(scope, receive, send)
 
 

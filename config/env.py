@@ -12,6 +12,17 @@ def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default).strip()
 
 
+def env_url(name: str) -> str:
+    """An absolute http(s) URL without a trailing slash, or empty when unset."""
+    raw = env_str(name)
+    if not raw:
+        return ""
+    scheme, _, rest = raw.partition("://")
+    if scheme not in ("http", "https") or not rest.strip("/"):
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, got {raw!r}.")
+    return raw.rstrip("/")
+
+
 def env_bool(name: str, default: bool = False) -> bool:
     raw = os.environ.get(name)
     if raw is None:

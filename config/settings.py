@@ -21,6 +21,7 @@ from config.env import (
     env_prices,
     env_rate,
     env_str,
+    env_url,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -46,6 +47,11 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Where people's browsers reach the site; links handed to API clients start with it, since the
+# host an API client's backend used (host.docker.internal, a service name) opens nothing in a browser.
+PUBLIC_BASE_URL = env_url("PUBLIC_BASE_URL")
+# /metrics for Prometheus answers only a scrape that sends this as a bearer token; empty: off.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # Transport security (docs/operations.md, "Security"). Production (DEBUG off) is served over HTTPS behind a
 # TLS proxy unless HTTPS=false says otherwise (`make run` and the tests serve plain HTTP).
@@ -134,6 +140,9 @@ RERANK_TIMEOUT = env_float("RERANK_TIMEOUT", 30.0)
 INGEST_LEASE_SECONDS = env_int("INGEST_LEASE_SECONDS", 60, minimum=3)
 INGEST_SLICE_SECONDS = env_int("INGEST_SLICE_SECONDS", 30, minimum=1)
 INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
+# Ingestion turns that run at once, all workers together (the Procfile's `--concurrency 2`):
+# the documents' time left shares the work waiting out among them.
+INGEST_WORKERS = env_int("INGEST_WORKERS", 2, minimum=1)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 6, minimum=1)
 INGEST_RETRY_BACKOFF = env_float("INGEST_RETRY_BACKOFF", 60.0)
 # `make run`: how long web, worker and beat get to stop before they are killed.
@@ -283,6 +292,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so every response is counted as sent (docs/operations.md, "Metrics").
+    "knowledge.api.metrics.count_requests",
+    # Next, so it sees every error page: API paths answer JSON (knowledge/api/errors.py).
+    "knowledge.api.errors.json_errors",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

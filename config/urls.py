@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from knowledge.api import urls as api_urls
+from knowledge.api.metrics import scrape
 from knowledge.web import accounts, sso
 from knowledge.web import urls as web_urls
 from knowledge.web.views import healthz, home
@@ -17,6 +18,7 @@ urlpatterns = [
     path("account/", accounts.account, name="account"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", scrape, name="metrics"),
     # `home` stays outside the namespace: settings (LOGIN_REDIRECT_URL) and base.html name it.
     path("", home, name="home"),
     path("workspaces/<slug:slug>/chat/", include("chat.urls")),

@@ -5,6 +5,7 @@ import uuid
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
+from django.utils import timezone
 
 from knowledge.models import (
     ROLE_RANK,
@@ -12,6 +13,7 @@ from knowledge.models import (
     Document,
     Entity,
     EntitySource,
+    GraphRebuild,
     ModelChoice,
     ModelEndpoint,
     Reembedding,
@@ -189,3 +191,22 @@ def model_choices() -> dict[str, ModelChoice]:
 
 def latest_reembedding() -> Reembedding | None:
     return Reembedding.objects.first()
+
+
+def documents_by_status_and_stage() -> list[tuple[str, str, int]]:
+    """Installation-wide, for the operators' metrics: how many documents in each status and stage."""
+    rows = Document.objects.order_by().values_list("status", "stage").annotate(count=Count("id"))
+    return sorted(rows)
+
+
+def ingestion_backlog() -> dict[str, int]:
+    """Installation-wide, for the operators' metrics: documents not yet processed that no live run
+    holds (waiting for a worker, or for their backoff to end), and graph rebuilds still to do."""
+    now = timezone.now()
+    waiting = (
+        Document.objects.filter(status__in=[Document.Status.PENDING, Document.Status.PROCESSING])
+        .exclude(stage=Document.Stage.DONE)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+        .count()
+    )
+    return {"documents": waiting, "graph_rebuilds": GraphRebuild.objects.count()}

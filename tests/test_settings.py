@@ -44,6 +44,14 @@ def test_it_rejects_a_malformed_boolean():
     assert "DEBUG must be true or false" in result.stderr
 
 
+@pytest.mark.parametrize("url", ["knowledge.example.com", "ftp://example.com", "https://"])
+def test_it_rejects_a_public_base_url_a_browser_cannot_open(url):
+    result = _start_django(DATABASE_URL="postgres://u:p@localhost/db", PUBLIC_BASE_URL=url)
+
+    assert result.returncode != 0
+    assert "PUBLIC_BASE_URL must be an http:// or https:// URL" in result.stderr
+
+
 def test_it_rejects_an_unknown_iterative_scan_mode():
     result = _start_django(DATABASE_URL="postgres://u:p@localhost/db", HNSW_ITERATIVE_SCAN="on")
 

@@ -27,6 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
 from knowledge.api.auth import CHALLENGE, abearer_user, out_of_scope
+from knowledge.api.metrics import count_request
 from knowledge.api.protocols import cited_sources
 from knowledge.models import Answer, Chunk, Document
 from knowledge.rag.retrieval import DEFAULT_MODE, DEFAULT_TOP_K
@@ -54,6 +55,7 @@ NOT_A_MEMBER = "No such workspace, or you are not a member of it."
 # Enough rows for an agent to choose from without flooding its context.
 LIST_MAX = 200
 ENTITY_ROWS_MAX = 100
+GET_REFUSED = "This MCP server sends no event stream: POST each JSON-RPC message to /mcp."
 
 server = MCPServer(
     "graphrag-teams",
@@ -317,6 +319,14 @@ class McpApp:
         self._task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                count_request(MCP_PATH, message["status"])
+            await send(message)
+
+        await self._answer(scope, receive, counted)
+
+    async def _answer(self, scope, receive, send):
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         domain, _port = split_domain_port(headers.get("host", ""))
         if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
@@ -330,6 +340,12 @@ class McpApp:
             if bearer.retry_after is not None:
                 extra.append((b"retry-after", str(bearer.retry_after).encode()))
             await _json(send, bearer.status, {"error": bearer.error}, extra)
+            return
+        if scope["method"] == "GET":
+            # A stateless server has no stream of its own to offer; the SDK would hold the GET
+            # open with no header until its first ping (15 s), past the patience of MCP hosts.
+            # The spec lets a server answer 405 instead, which clients take as "no stream here".
+            await _json(send, 405, {"error": GET_REFUSED}, [(b"allow", b"POST, DELETE")])
             return
         await self._start()
         await server.session_manager.handle_request(

@@ -104,6 +104,15 @@ async def tags(request):
 
 
 @csrf_exempt
+@require_GET
+async def ps(request):
+    """No model is loaded in memory here (a workspace is not one); Open WebUI polls this on every
+    model refresh and logs an error for anything but Ollama's answer."""
+    _, denied = await DOOR.token_user(request)
+    return denied or JsonResponse({"models": []})
+
+
+@csrf_exempt
 @require_POST
 async def chat(request):
     return await _answer(request, asked=_chat_asked, piece=_chat_piece)

@@ -69,7 +69,7 @@ DOOR = Door(
     body=lambda status, message, code: {
         "error": {
             "message": message,
-            "type": _ERROR_TYPE[status],
+            "type": _ERROR_TYPE.get(status, "server_error" if status >= 500 else "invalid_request_error"),
             "param": "model" if code == "model_not_found" else None,
             "code": code,
         }

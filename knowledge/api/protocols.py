@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from knowledge.models import Workspace
 from knowledge.rag.answer.citations import citation_href, cited_ids
 from knowledge.rag.retrieval import DEFAULT_MODE, MODES
@@ -126,7 +128,8 @@ def chat_request(
 
 def cited_sources(*, answer: str | None, citations: Iterable[dict], base_url: str, workspace_slug: str) -> list[dict]:
     """The rows an answer cites, passages first, each with a link to the passage; when it cites
-    none, the passages it was given. `base_url` makes the links absolute (http://host)."""
+    none, the passages it was given. Links are absolute: PUBLIC_BASE_URL when set, else `base_url`,
+    the host the request came to (http://host)."""
     citations = list(citations)
     by_id = {citation["id"]: citation for citation in citations}
     rows = [by_id[row_id] for row_id in cited_ids(answer or "") if row_id in by_id]
@@ -152,7 +155,7 @@ def cited_sources(*, answer: str | None, citations: Iterable[dict], base_url: st
 
 
 def _absolute(base_url: str, path: str) -> str:
-    return f"{base_url.rstrip('/')}{path}" if path else ""
+    return f"{(settings.PUBLIC_BASE_URL or base_url).rstrip('/')}{path}" if path else ""
 
 
 def sources_text(sources: Sequence[dict]) -> str:

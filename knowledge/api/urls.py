@@ -18,6 +18,7 @@ urlpatterns = [
     path("v1/chat/completions/<str:completion_id>", openai.completion, name="openai_completion"),
     path("api/version", ollama.version, name="ollama_version"),
     path("api/tags", ollama.tags, name="ollama_tags"),
+    path("api/ps", ollama.ps, name="ollama_ps"),
     path("api/chat", ollama.chat, name="ollama_chat"),
     path("api/generate", ollama.generate, name="ollama_generate"),
     path("api/feedback", ollama.feedback, name="ollama_feedback"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
+from knowledge import metrics
 from knowledge.models import Answer, Feedback, Workspace
 from knowledge.rag import llm
 from knowledge.rag.answer.citations import cited_ids
@@ -38,6 +39,8 @@ class Tally:
 
     answer_id: uuid.UUID
     started: float
+    door: str = ""
+    mode: str = ""
     first_token: float | None = None
     pieces: list[str] = field(default_factory=list)
     outcome: str = Answer.Outcome.STOPPED
@@ -81,6 +84,10 @@ def answer_finish(*, tally: Tally, usage, ended: float) -> None:
         first_token_ms=None if tally.first_token is None else round((tally.first_token - tally.started) * 1000),
         total_ms=round((ended - tally.started) * 1000),
     )
+    metrics.count(metrics.QUESTIONS, door=tally.door, mode=tally.mode, outcome=tally.outcome)
+    metrics.observe(metrics.QUESTION_SECONDS, ended - tally.started, mode=tally.mode)
+    if tally.first_token is not None:
+        metrics.observe(metrics.QUESTION_FIRST_TOKEN_SECONDS, tally.first_token - tally.started, mode=tally.mode)
 
 
 def answer_link_message(*, answer_id: uuid.UUID, message_id: int) -> None:

@@ -315,7 +315,7 @@ async def ask_stream(
         mode=request.mode,
         model=answers.model_name(answer_engine()),
     )
-    tally = answers.Tally(answer_id=record.uuid, started=started)
+    tally = answers.Tally(answer_id=record.uuid, started=started, door=asker.door, mode=request.mode)
     finished = False
     try:
         async with aclosing(_ask(workspace, request, usage, answer_id=record.uuid)) as events:

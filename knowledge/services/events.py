@@ -77,6 +77,38 @@ def seconds_left(document, reference: dict | None) -> int | None:
     return round(total)
 
 
+# The documents whose remaining work is read to share the workers out; past this, the oldest are left out.
+ACTIVE_MAX = 500
+
+
+def work_waiting() -> dict[int, int]:
+    """Installation-wide (the workers are shared by every workspace): each document still to be
+    processed, with the seconds of work it needs (seconds_left); those without an estimate are left out."""
+    from knowledge.models import Document
+
+    active = (
+        Document.objects.filter(status__in=("pending", "processing"))
+        .exclude(stage="done")
+        .only("workspace_id", "status", "stage", "stage_done", "stage_total", "token_count", "timings")
+        .order_by("next_attempt_at", "id")[:ACTIVE_MAX]
+    )
+    waiting = {}
+    for document in active:
+        seconds = seconds_left(document, workspace_pace(document.workspace_id))
+        if seconds is not None:
+            waiting[document.pk] = seconds
+    return waiting
+
+
+def shared_seconds_left(document_id: int, own: int, waiting: dict[int, int], workers: int) -> int:
+    """When a document needing `own` seconds of work is done while the others share the workers.
+    Runs take turns (a turn, then the back of the line), so the workers are shared out evenly: until
+    this document is done, each other one gets as much work as this one, or its own if it needs less.
+    Those seconds of everyone's are done `workers` at a time; one document never runs on two."""
+    shared = own + sum(min(seconds, own) for other, seconds in waiting.items() if other != document_id)
+    return max(own, round(shared / workers))
+
+
 def _duration(seconds: int | None) -> str:
     if seconds is None:
         return ""
@@ -87,14 +119,18 @@ def _duration(seconds: int | None) -> str:
     return f"about {seconds / 3600:.1f} h left"
 
 
-def document_payload(document, *, reference: dict | None = None) -> dict:
+def document_payload(document, *, reference: dict | None = None, waiting: dict[int, int] | None = None) -> dict:
+    """The document's row as the list shows it. With `waiting` (work_waiting), its time left
+    counts the work of the documents it shares the workers with."""
     eta = seconds_left(document, reference)
+    if eta is not None and waiting:
+        eta = shared_seconds_left(document.pk, eta, waiting, settings.INGEST_WORKERS)
     return {
         "id": document.pk,
         "title": document.title,
         "status": document.status,
         "stage": document.stage,
-        "stage_label": document.get_stage_display(),
+        "stage_label": _stage_label(document),
         "stage_done": document.stage_done,
         "stage_total": document.stage_total,
         "eta_seconds": eta,
@@ -112,11 +148,20 @@ def document_payload(document, *, reference: dict | None = None) -> dict:
     }
 
 
+def _stage_label(document) -> str:
+    # A claimed document is "processing" before its first step records one: it is being read.
+    if document.status == "processing" and document.stage == "queued":
+        return document.Stage.PARSING.label
+    return document.get_stage_display()
+
+
 def publish_document_progress(document) -> None:
     """Tell the workspace's group where this document stands, once the change is committed."""
     group = workspace_group(document.workspace_id)
-    reference = workspace_pace(document.workspace_id) if document.status in ("pending", "processing") else None
-    event = {"type": "document.progress", "document": document_payload(document, reference=reference)}
+    active = document.status in ("pending", "processing")
+    reference = workspace_pace(document.workspace_id) if active else None
+    waiting = work_waiting() if active else None
+    event = {"type": "document.progress", "document": document_payload(document, reference=reference, waiting=waiting)}
     transaction.on_commit(lambda: _send(group, event))
 
 

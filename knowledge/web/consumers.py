@@ -14,6 +14,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import Http404
 from django.template.loader import render_to_string
 
+from knowledge import metrics
 from knowledge.models import ROLE_RANK, Role
 from knowledge.selectors import workspace_for_user
 from knowledge.services.events import workspace_group
@@ -26,6 +27,7 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
     group = None
 
     async def connect(self):
+        metrics.count(metrics.WEBSOCKET_CONNECTIONS, socket="events")
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(CLOSE_NOT_LOGGED_IN)
@@ -50,6 +52,7 @@ class WorkspaceEventsConsumer(AsyncWebsocketConsumer):
         await self.close(code=code)
 
     async def disconnect(self, code):
+        metrics.count(metrics.WEBSOCKET_DISCONNECTIONS, socket="events")
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

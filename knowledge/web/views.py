@@ -113,7 +113,11 @@ def documents(request, slug):
     documents = selectors.documents_browse(workspace=workspace, status=status, query=query)
     page = Paginator(documents, DOCUMENTS_PER_PAGE).get_page(request.GET.get("page"))
     # Rendered from the same payload as live updates, so a row looks the same either way.
-    rows = [events.document_payload(document, reference=events.workspace_pace(workspace.pk)) for document in page]
+    waiting = events.work_waiting()
+    rows = [
+        events.document_payload(document, reference=events.workspace_pace(workspace.pk), waiting=waiting)
+        for document in page
+    ]
     counts = selectors.document_status_counts(workspace=workspace)
     context = _context(
         workspace,
@@ -128,16 +132,18 @@ def documents(request, slug):
     return render(request, "knowledge/documents.html", context)
 
 
-def _upload_one(request, workspace, *, filename: str, **content) -> dict:
-    """One file's (or the pasted text's) outcome, as the page lists it and the JSON answer says it."""
+def _upload_one(request, workspace, *, filename: str, shown: str | None = None, **content) -> dict:
+    """One file's (or the pasted text's) outcome, as the page lists it and the JSON answer says it;
+    `shown` is the file's path in its folder when it came from one."""
+    shown = shown or filename
     try:
         document = ingestion.document_create(workspace=workspace, user=request.user, filename=filename, **content)
     except ingestion.DocumentRejected as err:
-        return _rejected(filename, err)
+        return _rejected(shown, err)
     return {
-        "name": filename,
+        "name": shown,
         "level": "success",
-        "message": f"{filename}: queued as “{document.title}”.",
+        "message": f"{shown}: queued as “{document.title}”.",
         "document": {
             "id": document.pk,
             "title": document.title,
@@ -146,13 +152,22 @@ def _upload_one(request, workspace, *, filename: str, **content) -> dict:
     }
 
 
-def _upload_name(path: str, uploaded) -> str:
-    """The file's path inside the folder it was dropped from, when the page sent one (browsers
-    give a multipart file its base name only), else its name."""
+def _upload_name(path: str, name: str, uploaded) -> tuple[str, str]:
+    """(the file's path inside the folder it was dropped from, its own name). The page's script
+    sends the name as the browser has it, since Django's multipart parser cuts a name at a slash
+    or backslash (`<b>a</b>.txt` would arrive as `b>.txt`); without it the name is the parser's."""
+    own = name or uploaded.name
+    if path == own or not path:
+        return own, own
+    if path.endswith("/" + own):
+        folder = path[: -len(own) - 1]
+    else:
+        # A page that sent no name: the path's last part is the file's.
+        folder, _, own = path.replace("\\", "/").rpartition("/")
     parts = [
-        part for part in _CONTROL_CHARS.sub("?", path).replace("\\", "/").split("/") if part not in ("", ".", "..")
+        part for part in _CONTROL_CHARS.sub("?", folder).replace("\\", "/").split("/") if part not in ("", ".", "..")
     ]
-    return "/".join(parts)[:300] if parts else uploaded.name
+    return ("/".join([*parts, own])[:300] if parts else own), own
 
 
 def _rejected(name: str, err: Exception) -> dict:
@@ -161,18 +176,20 @@ def _rejected(name: str, err: Exception) -> dict:
 
 def _upload_results(request, workspace, form) -> list[dict]:
     results = []
-    paths = request.POST.getlist("path")
+    paths, names = request.POST.getlist("path"), request.POST.getlist("name")
     for index, uploaded in enumerate(form.cleaned_data["files"]):
-        name = _upload_name(paths[index] if index < len(paths) else "", uploaded)
+        shown, own = _upload_name(
+            paths[index] if index < len(paths) else "", names[index] if index < len(names) else "", uploaded
+        )
         try:
             # Checked before reading, so an oversized file is never read, parsed or stored.
-            ingestion.check_upload_size(name, uploaded.size)
+            ingestion.check_upload_size(shown, uploaded.size)
         except ingestion.DocumentRejected as err:
-            results.append(_rejected(name, err))
+            results.append(_rejected(shown, err))
             continue
-        # A file from a folder is titled by its path there; ingestion keeps only its own name.
-        title = name if "/" in name else None
-        results.append(_upload_one(request, workspace, filename=name, data=uploaded.read(), title=title))
+        # A file from a folder is titled by its path there; the document's file name is its own.
+        title = shown if shown != own else None
+        results.append(_upload_one(request, workspace, filename=own, shown=shown, data=uploaded.read(), title=title))
     text = form.cleaned_data["text"]
     if text.strip():
         title = form.cleaned_data["title"].strip() or None

@@ -115,6 +115,8 @@
       body.append("csrfmiddlewaretoken", csrf);
       body.append("files", file);
       body.append("path", path);
+      // The name as the browser has it: the server's multipart parser cuts a name at a slash.
+      body.append("name", file.name);
       const request = new XMLHttpRequest();
       request.open("POST", zone.dataset.uploadUrl);
       request.setRequestHeader("Accept", "application/json");

@@ -194,3 +194,45 @@ def test_the_pages_pass_axe_without_serious_violations(saved_answer, daphne_serv
         if name in ("entities", "entity"):
             page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
     assert found == {name: [] for name in pages}
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def test_the_main_pages_fit_a_phone_without_sideways_scrolling(saved_answer, daphne_server, browser_page):
+    page = browser_page
+    log_in(page, daphne_server, "reader", "reader-pass-1")
+    page.set_viewport_size(PHONE)
+    pages = {
+        "chat": reverse("chat:conversation", args=["acme", saved_answer["conversation"].pk]),
+        "documents": reverse("knowledge:documents", args=["acme"]),
+        "graph": reverse("knowledge:graph", args=["acme"]),
+        "upload": reverse("knowledge:upload", args=["acme"]),
+    }
+    widths, found = {}, {}
+    for name, path in pages.items():
+        page.goto(f"{daphne_server}{path}")
+        page.wait_for_load_state("networkidle")
+        widths[name] = page.evaluate("document.scrollingElement.scrollWidth")
+        page.screenshot(path=str(ARTIFACTS / f"phone-{name}.png"), full_page=True)
+        found[name] = axe_violations(page, f"phone-{name}")
+    # The chat's menus, open, stay on the screen too.
+    page.goto(f"{daphne_server}{pages['chat']}")
+    for menu in (".conversation-picker", ".conversation-actions"):
+        page.click(f"{menu} summary")
+        bounds = page.evaluate(
+            f"[...document.querySelectorAll('{menu} *')].map(e => e.getBoundingClientRect())"
+            ".filter(r => r.width).reduce((b, r) => [Math.min(b[0], r.left), Math.max(b[1], r.right)], [1e9, 0])"
+        )
+        widths[menu] = (
+            bounds[0] >= 0,
+            bounds[1] <= PHONE["width"],
+            page.evaluate("document.scrollingElement.scrollWidth"),
+        )
+        page.click(f"{menu} summary")
+
+    assert widths == {
+        **dict.fromkeys(pages, PHONE["width"]),
+        **dict.fromkeys((".conversation-picker", ".conversation-actions"), (True, True, PHONE["width"])),
+    }
+    assert found == {name: [] for name in pages}

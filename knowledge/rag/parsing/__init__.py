@@ -9,6 +9,8 @@ say where they come from.
 import os
 import re
 
+import filetype
+
 from knowledge.rag.parsing.data import (
     csv_document,
     eml_document,
@@ -157,13 +159,29 @@ def parse_file(filename: str, data: bytes, *, limits: Limits | None = None) -> P
     return builder.result()
 
 
+def _not_text(filename: str, sample: bytes, controls: int) -> str:
+    """Why a file under a text name is refused: what it is, by its magic bytes (filetype), and what to
+    do; or, when nothing is recognized, what in its bytes said binary."""
+    found = filetype.guess(sample)
+    if found is None:
+        return (
+            f"{filename} is not text: {controls} of its first {len(sample)} bytes are control characters, "
+            "as in a binary file."
+        )
+    detected = f"{filename} is not text: it was detected as {found.mime} (.{found.extension})"
+    if f".{found.extension}" in ACCEPTED_TYPES:
+        return f"{detected}. Rename it to .{found.extension} and upload it again."
+    return f"{detected}, which cannot be read here."
+
+
 def decode_text(filename: str, data: bytes) -> str:
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16")
     sample = data[:8192]
     # Stray NULs are stripped, but a text extension on mostly-control bytes is a binary file.
-    if len(_CONTROL.findall(sample)) > max(8, len(sample) // 10):
-        raise ParseError(f"{filename} looks like a binary file, not text. Upload one of: {accepted_types()}.")
+    controls = len(_CONTROL.findall(sample))
+    if controls > max(8, len(sample) // 10):
+        raise ParseError(_not_text(filename, sample, controls))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -63,7 +63,8 @@ def parse_keywords(text: str) -> Keywords | None:
     return None
 
 
-_CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ"}
+# Verbs are not themes: "exist" and "differ" as high-level keywords matched relations about anything.
+_CONTENT_POS = {"NOUN", "PROPN", "ADJ"}
 
 
 def _trimmed(span):
@@ -77,7 +78,7 @@ def _trimmed(span):
 
 def nlp_keywords(question: str) -> Keywords:
     """Keywords without a language model: entity and noun-phrase spans are low-level; the same
-    spans and the remaining content words (lemmatized) are high-level.
+    spans and the remaining nouns and adjectives (lemmatized) are high-level, never verbs.
 
     A model names a question's themes; spaCy can only split it. The words left after the noun
     phrases are mostly verbs ("use, find, introduce"), and relations found by them alone were

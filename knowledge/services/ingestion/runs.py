@@ -23,6 +23,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 from django.db.models import Q
 from django.utils import timezone
 
+from knowledge import metrics
 from knowledge.models import Document, GraphRebuild
 from knowledge.rag import llm, parsing
 from knowledge.services.ingestion import cleanup, steps
@@ -68,9 +69,9 @@ def _claimable() -> Q:
 
 
 _CLAIM_SQL = """
-UPDATE knowledge_document SET status = 'processing', lease_owner = %(owner)s, lease_expires_at = %(expiry)s
-WHERE id = (
-    SELECT id FROM knowledge_document
+WITH picked AS (
+    -- A lease still set but run out: the run that held it died, and this claim takes it over.
+    SELECT id, lease_expires_at IS NOT NULL AS taken_over FROM knowledge_document
     WHERE status IN ('pending', 'processing') AND stage <> 'done' AND next_attempt_at <= %(now)s
       AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s) AND (%(id)s::bigint IS NULL OR id = %(id)s)
     ORDER BY next_attempt_at, id
@@ -78,7 +79,10 @@ WHERE id = (
     -- Two workers claiming at once take different documents instead of waiting for each other.
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id
+UPDATE knowledge_document AS document
+SET status = 'processing', lease_owner = %(owner)s, lease_expires_at = %(expiry)s
+FROM picked WHERE document.id = picked.id
+RETURNING document.id, picked.taken_over
 """
 
 
@@ -88,7 +92,11 @@ def _claim(owner: str, document_id: int | None = None) -> int | None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, params)
         row = cursor.fetchone()
-    return row[0] if row else None
+    if row is None:
+        return None
+    if row[1]:
+        metrics.count(metrics.SWEEPER_TAKEOVERS, how="lease_expired")
+    return row[0]
 
 
 def _release(document_id: int, owner: str, *, delay: float = 0.0, **fields) -> None:
@@ -330,6 +338,7 @@ def release_dead_leases(hostname: str | None = None) -> int:
             dead.append(document_id)
     if dead:
         Document.objects.filter(pk__in=dead).update(lease_owner="", lease_expires_at=None)
+        metrics.count(metrics.SWEEPER_TAKEOVERS, len(dead), how="process_gone")
     return len(dead)
 
 

@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from knowledge import metrics
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
 from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
@@ -489,6 +490,7 @@ def _publish(document: Document, owner: str) -> None:
                     entity_count=F("entity_count") + published["entity"],
                     relation_count=F("relation_count") + published["relation"],
                 )
+            metrics.count(metrics.INGEST_TOKENS, document.token_count)
             return
         except _Restage as restage:
             _restage(document, restage.entity_ids, restage.relation_ids)

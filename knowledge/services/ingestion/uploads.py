@@ -12,11 +12,13 @@ from django.db import IntegrityError, transaction
 from knowledge.models import Document, Workspace
 from knowledge.rag import parsing
 from knowledge.services import events
+from knowledge.services.workspaces import audit_record
 
 INGEST_TASK = "knowledge.tasks.ingest_next"
 MAX_FILENAME_CHARS = 200
 SNIFF_BYTES = 8192
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_UNSAFE_IN_STORAGE = re.compile(r"[^\w.-]")
 
 
 class DocumentRejected(Exception):
@@ -48,8 +50,10 @@ def _title_for(workspace: Workspace, filename: str, text: str, title: str | None
 
 
 def clean_filename(filename: str) -> str:
-    """The file's own name (no folders), or DocumentRejected when nothing usable is left."""
-    name = os.path.basename(filename.replace("\\", "/")).strip()
+    """The file's own name as its owner wrote it, or DocumentRejected when nothing usable is left.
+    Folders are the door's to take off (a slash is only a folder where the door says so); the name
+    is kept whole, `<`, `/` and quotes included, and escaped where it is shown."""
+    name = filename.strip()
     if _CONTROL_CHARS.search(name):
         raise DocumentRejected(f"{_CONTROL_CHARS.sub('?', name)!r}: a file name must not contain control characters.")
     if not name or name in {".", ".."}:
@@ -63,6 +67,13 @@ def clean_filename(filename: str) -> str:
         stem, extension = os.path.splitext(name)
         name = stem[: MAX_FILENAME_CHARS - len(extension)] + extension
     return name
+
+
+def _storage_name(filename: str) -> str:
+    """A name the file system takes for the stored copy; the document keeps the real one."""
+    stem, extension = os.path.splitext(filename)
+    safe = _UNSAFE_IN_STORAGE.sub("_", stem).strip("._") or "upload"
+    return safe + _UNSAFE_IN_STORAGE.sub("_", extension)
 
 
 def upload_limit_bytes() -> int:
@@ -130,8 +141,20 @@ def document_create(
     try:
         with transaction.atomic():
             if not pasted:
-                document.source_file.save(filename, ContentFile(data), save=False)
+                document.source_file.save(_storage_name(filename), ContentFile(data), save=False)
             document.save()
+            audit_record(
+                workspace=workspace,
+                actor=user,
+                action="document.upload",
+                summary=f"Uploaded document “{document.title}”" if not pasted else f"Pasted “{document.title}”",
+                detail={
+                    "document_id": document.pk,
+                    "title": document.title,
+                    "filename": document.original_filename,
+                    "bytes": len(data) if not pasted else len(content.encode()),
+                },
+            )
             if enqueue:
                 wake_workers()
     except IntegrityError as err:

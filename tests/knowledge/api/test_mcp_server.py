@@ -8,8 +8,9 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import sse_within_origin
 
-from knowledge.api.mcp import NOT_A_MEMBER
+from knowledge.api.mcp import GET_REFUSED, NOT_A_MEMBER
 from tests.knowledge.conftest import ANSWER, QUESTION_TEXT
 
 TOOLS = {"list_workspaces", "ask", "search_entities", "get_entity", "list_documents", "read_chunk"}
@@ -190,3 +191,32 @@ def test_it_refuses_a_revoked_or_expired_token_with_401(served_team, state):
 
     assert response.status_code == 401
     assert "not valid" in response.json()["error"]
+
+
+async def test_the_clients_event_stream_get_is_answered_405_at_once(served_team):
+    """The mcp package's own GET for server messages (mcp-remote and the Inspector send the same):
+    a stateless server offers no stream, and says so with the status the spec allows, rather than
+    holding the request without headers until a ping."""
+    headers = {"Authorization": f"Bearer {served_team['token']}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        sse_within_origin(http, f"{served_team['url']}/mcp") as events,
+    ):
+        response = events.response
+        # Asserted before reading: a held stream would never end.
+        assert response.status_code == 405
+        body = await response.aread()
+
+    assert json.loads(body) == {"error": GET_REFUSED}
+    assert response.headers["Allow"] == "POST, DELETE"
+
+
+def test_a_raw_get_is_answered_405_and_without_a_token_401(served_team):
+    url, accept = f"{served_team['url']}/mcp", {"Accept": "text/event-stream"}
+    with httpx.stream("GET", url, headers={**accept, "Authorization": f"Bearer {served_team['token']}"}) as got:
+        status, content_type = got.status_code, got.headers["Content-Type"]
+    anonymous = httpx.get(url, headers=accept)
+
+    assert (status, content_type) == (405, "application/json")
+    assert anonymous.status_code == 401
+    assert anonymous.headers["WWW-Authenticate"].startswith("Bearer")

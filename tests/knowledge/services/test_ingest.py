@@ -14,6 +14,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.utils import timezone
 
+from knowledge import metrics
 from knowledge.models import (
     Chunk,
     ChunkExtraction,
@@ -314,8 +315,16 @@ def test_a_document_whose_run_died_is_taken_over_once_its_lease_expires(scripted
     assert ingestion.document_ingest(document_id=document.pk) is None  # a live run holds it
 
     Document.objects.filter(pk=document.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    before = _takeovers()
 
     assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+    assert _takeovers() == before + 1
+
+
+def _takeovers() -> float:
+    """The operators' count of documents taken over after their lease ran out (knowledge/metrics.py)."""
+    samples = dict(metrics.read())[metrics.SWEEPER_TAKEOVERS]
+    return sum(sample.value for sample in samples if sample.labels == {"how": "lease_expired"})
 
 
 def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scripted, workspace, settings):

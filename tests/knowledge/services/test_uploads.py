@@ -1,4 +1,5 @@
 import io
+import json
 
 import pytest
 from django.contrib.messages import get_messages
@@ -251,3 +252,95 @@ def test_it_counts_every_file_of_one_request_against_the_upload_limit(editor_cli
 
     assert response.status_code == 429
     assert Document.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (
+            b"%PDF-1.7\n" + bytes(range(256)) * 8,
+            "is not text: it was detected as application/pdf (.pdf). Rename it to .pdf",
+        ),
+        (b"MZ\x90\x00" + bytes(range(256)) * 8, "is not text: it was detected as application/x-msdownload (.exe)"),
+        (bytes(range(256)) * 8, "is not text: 216 of its first 2048 bytes are control characters"),
+    ],
+    ids=["pdf", "program", "unknown"],
+)
+def test_a_binary_file_named_txt_is_refused_with_what_was_detected(editor_client, workspace, content, said):
+    response = _upload(editor_client, workspace, SimpleUploadedFile("notes.txt", content))
+
+    [result] = response.context["results"]
+    assert result["message"].startswith(f"notes.txt {said}")
+    # Not the list of every accepted type, .txt among them.
+    assert ".docx" not in result["message"]
+
+
+SCRIPT_NAME = "<script>alert('name')</script>.txt"
+
+
+def test_a_file_name_with_markup_is_kept_whole_and_shown_escaped(editor_client, workspace, media):
+    """The page's script sends the name as the browser has it; Django's parser would cut it at the
+    slash of `</script>`."""
+    uploaded = SimpleUploadedFile(SCRIPT_NAME, b"Ada Lovelace wrote the first program.")
+
+    response = _upload(editor_client, workspace, uploaded, path=[SCRIPT_NAME], name=[SCRIPT_NAME])
+
+    assert response.status_code == 302
+    document = Document.objects.get()
+    assert (document.title, document.original_filename) == (SCRIPT_NAME, SCRIPT_NAME)
+    assert document.source_file.read() == b"Ada Lovelace wrote the first program."
+    listing = editor_client.get(reverse("knowledge:documents", args=[workspace.slug])).content.decode()
+    assert "&lt;script&gt;alert(&#x27;name&#x27;)&lt;/script&gt;.txt" in listing
+    assert "<script>alert(" not in listing
+
+
+def test_an_upload_is_recorded_in_the_audit_log(editor_client, workspace, media):
+    _upload(editor_client, workspace, SimpleUploadedFile("notes.txt", b"Ada Lovelace wrote the first program."))
+    editor_client.post(upload_url(workspace), {"text": "Grace Hopper wrote a compiler.", "title": "Hopper"})
+
+    events = list(workspace.audit_events.order_by("created_at").values("action", "summary", "actor__username"))
+    assert events == [
+        {"action": "document.upload", "summary": "Uploaded document “notes.txt”", "actor__username": "editor"},
+        {"action": "document.upload", "summary": "Pasted “Hopper”", "actor__username": "editor"},
+    ]
+    first = workspace.audit_events.order_by("created_at").first()
+    assert first.detail == {
+        "document_id": Document.objects.get(title="notes.txt").pk,
+        "title": "notes.txt",
+        "filename": "notes.txt",
+        "bytes": 37,
+    }
+
+
+def test_an_oversized_upload_is_refused_from_its_length_before_its_body_is_read(settings):
+    """In front of Django, whose ASGI handler reads the whole body before any view runs."""
+    from asgiref.sync import async_to_sync
+
+    from config.asgi import application
+
+    settings.UPLOAD_MAX_MB = 50
+    sent = []
+
+    async def receive():
+        raise AssertionError("the body was read")
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/workspaces/acme/documents/upload/",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"localhost"),
+            (b"accept", b"application/json"),
+            (b"content-type", b"multipart/form-data; boundary=x"),
+            (b"content-length", str(60 * 2**20).encode()),
+        ],
+    }
+
+    async_to_sync(application)(scope, receive, send)
+
+    assert sent[0]["status"] == 413
+    assert json.loads(sent[1]["body"]) == {"error": "This upload is larger than the 50 MB upload limit."}

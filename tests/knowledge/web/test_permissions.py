@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core import signing
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
@@ -48,7 +49,7 @@ class Case:
     # What a member below `min_role` gets: 403 where membership is already known to them.
     below_role: int = 403
     # "session": users log in; "token": they send their API token (the OpenAI and Ollama APIs
-    # take nothing else).
+    # take nothing else); "metrics": the scraper sends METRICS_TOKEN.
     auth: str = "session"
 
 
@@ -71,6 +72,8 @@ CASES: dict[str, list[Case]] = {
     "invitation": [Case(args=("invitation_token",), min_role=None, anonymous="public")],
     # The container healthcheck: says only "ok" (tests/test_deployment.py).
     "healthz": [Case(args=(), min_role=None, anonymous="public")],
+    # For Prometheus, not people: the operators' METRICS_TOKEN, never a session or an API token.
+    "metrics": [Case(args=(), min_role=None, anonymous="401", auth="metrics")],
     "knowledge:workspace_new": [LOGIN_ONLY],
     "knowledge:workspace": [Case()],
     "knowledge:documents": [Case()],
@@ -154,6 +157,7 @@ CASES: dict[str, list[Case]] = {
     ],
     "knowledge:ollama_version": [TOKEN_ONLY],
     "knowledge:ollama_tags": [TOKEN_ONLY],
+    "knowledge:ollama_ps": [TOKEN_ONLY],
     "knowledge:ollama_chat": [
         Case(
             args=(),
@@ -218,6 +222,7 @@ def test_it_has_a_permission_case_for_every_url():
 def world(db, settings):
     # A hundred cases each create four users; the default hasher would spend most of the run hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.METRICS_TOKEN = "walk-metrics"  # noqa: S105 - the walk's own
     owner, editor, viewer, stranger = (make_user(name) for name in ("owner", "editor", "viewer", "stranger"))
     workspace = make_workspace(
         slug="acme", members={owner: Role.OWNER, editor: Role.EDITOR, viewer: Role.VIEWER}, name="Acme"
@@ -286,6 +291,8 @@ def _request(client, world, name, case, user=None):
     headers = {}
     if case.auth == "token" and user is not None:
         headers["Authorization"] = f"Bearer {api_token_create(user=user, name='walk')[1]}"
+    if case.auth == "metrics" and user is not None:
+        headers["Authorization"] = f"Bearer {settings.METRICS_TOKEN}"
     if case.content_type:
         return getattr(client, case.method)(path, data, content_type=case.content_type, headers=headers)
     return getattr(client, case.method)(path, data, headers=headers)

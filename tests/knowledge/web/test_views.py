@@ -1,5 +1,6 @@
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from knowledge.models import AuditEvent, Chunk, Document, EntityAlias, EntitySource, Membership, Role, Workspace
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
@@ -314,3 +315,34 @@ def test_it_shows_the_audit_log_to_owners(owner_client, workspace, owner):
 
     assert "Merged IBM into I.B.M." in page
     assert "owner" in page
+
+
+def _queued(workspace, title: str, *, tokens: int, status="pending"):
+    document = make_document(workspace, title=title)
+    Document.objects.filter(pk=document.pk).update(status=status, stage="queued", token_count=tokens)
+    return document
+
+
+def test_time_left_counts_the_documents_sharing_the_workers(owner_client, workspace, settings):
+    """Three documents of 100 s of work each on one worker: turns share it, so each is done after
+    about 300 s, not the 100 s its own work takes."""
+    settings.INGEST_WORKERS = 1
+    reference = make_document(workspace, title="Read before")
+    timings = {"parse": 10, "embed_chunks": 10, "extract": 50, "merge": 10, "describe": 10, "publish": 10}
+    Document.objects.filter(pk=reference.pk).update(token_count=10_000, timings=timings, processed_at=timezone.now())
+    for title in ("One", "Two", "Three"):
+        _queued(workspace, title, tokens=10_000)
+
+    page = owner_client.get(url("documents", workspace)).content.decode()
+
+    assert page.count("about 5 min left") == 3
+    assert "about 2 min left" not in page
+
+
+def test_a_claimed_document_is_never_shown_processing_and_queued(owner_client, workspace):
+    _queued(workspace, "Claimed", tokens=100, status="processing")
+
+    page = owner_client.get(url("documents", workspace)).content.decode()
+
+    assert "Reading the file" in page
+    assert ">Queued<" not in page
