@@ -125,15 +125,16 @@ def cited_citations(message, *, workspace_slug: str) -> list[dict]:
     return sorted(rows, key=lambda citation: citation.get("kind") != "source")
 
 
-def prepare_message(message, *, workspace):
-    """What chat/_message.html needs of an answer: its HTML and the sources it cites."""
+def prepare_message(message, *, workspace, html: str | None = None):
+    """What chat/_message.html needs of an answer: its HTML (given when the turn already rendered
+    it) and the sources it cites."""
     if message.role == "assistant":
-        message.html = render_answer(message.content, citations=message.citations or [])
+        message.html = render_answer(message.content, citations=message.citations or []) if html is None else html
         message.cited_sources = cited_citations(message, workspace_slug=workspace.slug)
     return message
 
 
-def render_message(message, *, workspace) -> str:
-    """One message as a reloaded conversation draws it, for the `done` event of a streamed answer."""
-    message = prepare_message(message, workspace=workspace)
+def render_message(message, *, workspace, html: str | None = None) -> str:
+    """One message as a reloaded conversation draws it, for the end of a streamed answer."""
+    message = prepare_message(message, workspace=workspace, html=html)
     return render_to_string("chat/_message.html", {"message": message, "workspace": workspace})

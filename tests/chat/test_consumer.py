@@ -7,6 +7,7 @@ from channels.db import database_sync_to_async
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
+from chat import consumers
 from chat.models import Conversation, Message
 from knowledge.models import Membership, Role
 from knowledge.services import asking
@@ -456,4 +457,33 @@ async def test_it_refuses_questions_past_the_limit_with_an_error_saying_when_to_
     assert error["retry_after"] == 3590
     # The socket stays open, and the refused question was not saved.
     assert [message.role for message in await saved_messages()] == ["user", "assistant"]
+    await communicator.disconnect()
+
+
+async def test_a_turn_cites_and_renders_its_answer_once(handbook_workspace, viewer, chat_model, monkeypatch):
+    from chat import rendering, services
+
+    calls = []
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(asking, "answer_citations", counting("cite", asking.answer_citations))
+    monkeypatch.setattr(rendering, "render_answer", counting("render", rendering.render_answer))
+    for module in (services, consumers):
+        for name, label in (("answer_citations", "cite"), ("render_answer", "render")):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, counting(label, getattr(module, name)))
+    communicator = await open_socket(viewer)
+
+    done = (await ask(communicator))[-1]
+
+    assert sorted(calls) == ["cite", "render"]
+    assert 'data-cite="S1"' in done["html"]
+    assert done["html"] in done["message_html"]
+    assert done["citations"][0]["sentence"]
     await communicator.disconnect()
