@@ -29,6 +29,30 @@ MODE_VALUES = [mode.value for mode in MODES]
 # Modes that answer nothing without a chat model: bypass sends the question to the model alone.
 MODES_NEEDING_A_MODEL = {"bypass": "Needs a chat model: set LLM_BASE_URL or LLM_API_KEY."}
 RESPONSE_TYPES = ["Multiple Paragraphs", "Single Paragraph", "Bullet Points", "Single Sentence"]
+# Naive retrieval searches passages only and bypass retrieves nothing: every other mode walks the graph.
+GRAPH_MODES = {mode for mode in RETRIEVAL_MODES if mode not in {"naive", "bypass"}}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    # Why it is not shown in the current mode; empty when it is shown.
+    unused: str = ""
+
+
+def answer_settings(*, mode: str, extractive: bool) -> list[Setting]:
+    """The settings that change something for this mode and this way of answering, each with the
+    reason it is left out when it does not: the page shows only these, and asks with only these."""
+    return [
+        Setting(
+            "response_type",
+            "Answer as: only a chat model writes in a form; extractive answers are the sources' sentences."
+            if extractive
+            else "",
+        ),
+        Setting("top_k", "" if mode in GRAPH_MODES else f"Graph rows: {EXPLANATIONS[mode][0]} reads no graph."),
+        Setting("chunk_top_k", "Passages: Bypass retrieves nothing." if mode == "bypass" else ""),
+    ]
 
 
 def _count_field(name: str) -> forms.IntegerField:

@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
+from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.answer.citations import CITATION_ID_RE, CITATION_RE, citation_href, cited_ids
 
 ALLOWED_TAGS = {
@@ -137,4 +138,5 @@ def prepare_message(message, *, workspace, html: str | None = None):
 def render_message(message, *, workspace, html: str | None = None) -> str:
     """One message as a reloaded conversation draws it, for the end of a streamed answer."""
     message = prepare_message(message, workspace=workspace, html=html)
-    return render_to_string("chat/_message.html", {"message": message, "workspace": workspace})
+    context = {"message": message, "workspace": workspace, "extractive": answer_is_extractive()}
+    return render_to_string("chat/_message.html", context)

@@ -116,11 +116,19 @@ def answer_record(
     return message
 
 
-def chat_preferences_save(*, user, mode: str, top_k: int, chunk_top_k: int, response_type: str) -> ChatPreferences:
-    """Remember the user's chat settings for every conversation they start or continue."""
+def chat_preferences_save(
+    *,
+    user,
+    mode: str | None = None,
+    top_k: int | None = None,
+    chunk_top_k: int | None = None,
+    response_type: str | None = None,
+) -> ChatPreferences:
+    """Remember the chat settings a user changed for every conversation they start or continue;
+    a setting given as None keeps its saved value (or its default)."""
+    changed = {"mode": mode, "top_k": top_k, "chunk_top_k": chunk_top_k, "response_type": response_type}
     preferences, _ = ChatPreferences.objects.update_or_create(
-        user=user,
-        defaults={"mode": mode, "top_k": top_k, "chunk_top_k": chunk_top_k, "response_type": response_type},
+        user=user, defaults={name: value for name, value in changed.items() if value is not None}
     )
     return preferences
 

@@ -5,7 +5,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chat import selectors, services
-from chat.forms import MODES, MODES_NEEDING_A_MODEL, RESPONSE_TYPES, AnswerSettingsForm, RenameForm
+from chat.forms import (
+    MODES,
+    MODES_NEEDING_A_MODEL,
+    RESPONSE_TYPES,
+    AnswerSettingsForm,
+    RenameForm,
+    answer_settings,
+)
 from chat.models import Message
 from chat.rendering import prepare_message
 from knowledge.rag.answer import answer_is_extractive
@@ -47,26 +54,16 @@ def chat_page(request, slug, conversation_id=None):
     conversations = selectors.conversations_for_user(workspace=workspace, user=request.user)
     extractive = answer_is_extractive()
     preferences = selectors.chat_preferences_for(user=request.user)
-    if extractive and preferences.mode in MODES_NEEDING_A_MODEL:
-        preferences.mode = DEFAULT_MODE
     return render(
         request,
         "chat/chat.html",
         {
-            "workspace": workspace,
+            **_settings_context(workspace, preferences, extractive),
             "conversation": conversation,
             "chat_messages": messages,
             "answers": answers,
             "conversations": conversations[:SIDEBAR_CONVERSATIONS],
-            "modes": [
-                {"mode": mode, "unavailable": MODES_NEEDING_A_MODEL.get(mode.value, "") if extractive else ""}
-                for mode in MODES
-            ],
-            "preferences": preferences,
-            "response_types": RESPONSE_TYPES,
-            "top_k_max": TOP_K_MAX,
             "question_max_chars": QUESTION_MAX_CHARS,
-            "extractive": extractive,
             "blank_answer": Message(role=Message.Role.ASSISTANT, mode=preferences.mode, extractive=extractive),
             "blank_question": Message(role=Message.Role.USER),
             "client_config": {
@@ -75,12 +72,32 @@ def chat_page(request, slug, conversation_id=None):
                 "conversationUrl": reverse("chat:conversation", args=[workspace.slug, 0]),
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
                 "documentUrl": reverse("knowledge:document", args=[workspace.slug, 0]),
-                "preferencesUrl": reverse("chat:preferences", args=[workspace.slug]),
                 "feedbackUrl": reverse("chat:feedback", args=[workspace.slug, 0]),
                 "extractive": extractive,
             },
         },
     )
+
+
+def _settings_context(workspace, preferences, extractive: bool) -> dict:
+    """What chat/_settings.html needs: the modes (with the reason one is off) and the settings
+    that change something in the chosen mode."""
+    if extractive and preferences.mode in MODES_NEEDING_A_MODEL:
+        preferences.mode = DEFAULT_MODE
+    settings = answer_settings(mode=preferences.mode, extractive=extractive)
+    return {
+        "workspace": workspace,
+        "modes": [
+            {"mode": mode, "unavailable": MODES_NEEDING_A_MODEL.get(mode.value, "") if extractive else ""}
+            for mode in MODES
+        ],
+        "preferences": preferences,
+        "shown_settings": {setting.name for setting in settings if not setting.unused},
+        "unused_settings": [setting for setting in settings if setting.unused],
+        "response_types": RESPONSE_TYPES,
+        "top_k_max": TOP_K_MAX,
+        "extractive": extractive,
+    }
 
 
 @login_required
@@ -152,12 +169,19 @@ def graph_neighbours(request, slug):
 def preferences_save(request, slug):
     """Remember the chat settings the user just changed (the chat page posts them on change).
     They are the user's, not the workspace's; the workspace only gates who may post."""
-    workspace_for_user(request.user, slug)
+    workspace = workspace_for_user(request.user, slug)
     form = AnswerSettingsForm(request.POST)
-    if not form.is_valid():
-        return JsonResponse({"error": form.first_error()}, status=400)
-    services.chat_preferences_save(user=request.user, **form.cleaned_data)
-    return HttpResponse(status=204)
+    valid = form.is_valid()
+    if valid:
+        # A setting the page does not show is not posted, and keeps its saved value.
+        changed = {name: value for name, value in form.cleaned_data.items() if name in request.POST}
+        services.chat_preferences_save(user=request.user, **changed)
+    if not request.htmx:
+        return HttpResponse(status=204) if valid else JsonResponse({"error": form.first_error()}, status=400)
+    # The settings again, for the mode now chosen (or as they were, with the error, when refused).
+    context = _settings_context(workspace, selectors.chat_preferences_for(user=request.user), answer_is_extractive())
+    context.update(settings_saved=valid, settings_error="" if valid else form.first_error())
+    return render(request, "chat/_settings.html", context)
 
 
 @login_required

@@ -15,10 +15,8 @@
   const messages = $("messages");
   const form = $("ask-form");
   const questionBox = $("ask-question");
-  const modeSelect = $("ask-mode");
   const sendButton = $("ask-send");
   const stopButton = $("ask-stop");
-  const statusLine = $("chat-status");
   const citationsBody = document.querySelector("#citations tbody");
 
   // ---- Markdown, the same rules as chat/rendering.py ----------------------------------
@@ -167,45 +165,16 @@
     history.replaceState(null, "", withId(config.conversationUrl, id));
   }
 
-  // ---- Settings: sent with every question, remembered for the user --------------------------
+  // ---- Settings: chat/_settings.html, saved and redrawn by htmx on change ---------------------
 
-  const settingFields = [modeSelect, $("ask-response-type"), $("ask-top-k"), $("ask-chunk-top-k")];
-  const csrfToken = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+  // Only the settings that change something in the chosen mode are on the page, and sent.
+  const settingFields = () => [...$("ask-settings").querySelectorAll("select, input")];
 
   function currentSettings() {
-    return {
-      mode: modeSelect.value,
-      response_type: $("ask-response-type").value,
-      top_k: Number($("ask-top-k").value),
-      chunk_top_k: Number($("ask-chunk-top-k").value),
-    };
+    const settings = {};
+    for (const field of settingFields()) settings[field.name] = field.type === "number" ? Number(field.value) : field.value;
+    return settings;
   }
-
-  async function saveSettings() {
-    const invalid = settingFields.find((field) => !field.checkValidity());
-    if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
-    const body = new FormData();
-    for (const [name, value] of Object.entries(currentSettings())) body.append(name, value);
-    try {
-      const response = await fetch(config.preferencesUrl, {
-        method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken },
-      });
-      if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
-      setStatus("Settings saved; they apply to your next questions.");
-    } catch (error) {
-      setStatus(`Could not save the settings: ${error.message}`, true);
-    }
-  }
-
-  for (const field of settingFields) field.addEventListener("change", saveSettings);
-
-  function explainMode() {
-    const option = modeSelect.selectedOptions[0];
-    const off = [...modeSelect.options].filter((item) => item.disabled);
-    const notes = off.map((item) => `${item.textContent.replace(/ \(.*\)$/, "")} is off: ${item.dataset.unavailable}`);
-    $("mode-explanation").textContent = [option.dataset.explanation, ...notes].join(" ");
-  }
-  modeSelect.addEventListener("change", explainMode);
 
   // ---- Asking and streaming --------------------------------------------------------------
 
@@ -230,7 +199,7 @@
     if (streaming) return;
     const question = questionBox.value.trim();
     if (!question) return setStatus("Type a question first.", true);
-    const invalid = settingFields.find((field) => !field.checkValidity());
+    const invalid = settingFields().find((field) => !field.checkValidity());
     if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
     const settings = currentSettings();
     const ask = { type: "ask", question, ...settings };
@@ -356,6 +325,8 @@
   }
 
   function setStatus(text, isError = false) {
+    // Looked up each time: a saved setting's partial replaces the status line.
+    const statusLine = $("chat-status");
     statusLine.textContent = text;
     statusLine.classList.toggle("error", isError);
   }
@@ -919,7 +890,6 @@
 
   // The browser test (and anyone debugging in the console) reads the graph through this.
   window.chatGraph = () => cy;
-  explainMode();
   const lastAnswer = latestAnswer();
   if (lastAnswer && answers.has(lastAnswer.dataset.answer)) showSources(answers.get(lastAnswer.dataset.answer), lastAnswer);
   messages.scrollTop = messages.scrollHeight;
