@@ -17,7 +17,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
 from chat import services
-from chat.rendering import render_message
+from chat.forms import AskForm
+from chat.models import Message
+from chat.rendering import render_message, render_sources, render_turn
 from knowledge.models import Workspace
 from knowledge.rag.retrieval import RetrievalResult
 from knowledge.selectors import workspace_for_user
@@ -44,6 +46,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = None
     workspace: Workspace | None = None
     turn: services.Turn | None = None
+    page = False
     stream: asyncio.Task | None = None
     closed = False
 
@@ -95,10 +98,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_error("Still answering your previous question: wait for it, or press Stop first.")
             return
         try:
-            request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
+            # The chat page's form comes through htmx's websocket extension, which adds its
+            # HEADERS: the page is then sent the partials it swaps in, besides the events.
+            self.page = "HEADERS" in content
+            if self.page:
+                request, conversation_id = AskForm(content).ask_request()
+            else:
+                request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
+                conversation_id = content.get("conversation")
             await database_sync_to_async(rate_limit_check)(limit="RATE_LIMIT_ASK", user=self.user)
             self.turn = await database_sync_to_async(services.turn_start)(
-                user=self.user, slug=self.workspace.slug, request=request, conversation_id=content.get("conversation")
+                user=self.user, slug=self.workspace.slug, request=request, conversation_id=conversation_id
             )
         except RateLimited as limited:
             await self.send_error(str(limited), retry_after=limited.retry_after)
@@ -112,6 +122,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except AskError as refusal:
             await self.send_error(str(refusal))
             return
+        if self.page:
+            await self.send_html(
+                render_turn,
+                workspace=self.turn.workspace,
+                conversation=self.turn.conversation,
+                question=request.question,
+                mode=request.mode,
+                user=self.user,
+                new_conversation=self.turn.titled,
+            )
         self.stream = asyncio.create_task(
             services.turn_answer(self.turn, emit=self.emit), name=f"chat-answer-{self.turn.conversation.pk}"
         )
@@ -128,6 +148,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if isinstance(event, TokenEvent):
             await self.send_json({"type": "token", "text": event.text})
         elif isinstance(event, RetrievalEvent):
+            if self.page:
+                retrieved = Message(
+                    citations=event.result.citations,
+                    subgraph=event.result.subgraph,
+                    keywords=event.result.keywords.to_json(),
+                )
+                await self.send_html(render_sources, message=retrieved, workspace=self.turn.workspace)
             conversation = self.turn.conversation.pk
             await self.send_json({"type": "retrieval", "conversation": conversation, **_retrieval_event(event.result)})
         elif isinstance(event, ErrorEvent):
@@ -136,12 +163,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_done(event)
 
     async def send_done(self, done: services.TurnDone) -> None:
-        message_html = ""
-        if done.message is not None:
-            # The message as a reload shows it (chat/_message.html), to replace the streamed one.
-            message_html = await database_sync_to_async(render_message)(
-                done.message, workspace=self.turn.workspace, html=done.html
-            )
+        if self.page and done.message is not None:
+            # The answer as a reload shows it (chat/_message.html) replaces the open one, its sources the panel.
+            await self.send_html(render_message, done.message, workspace=self.turn.workspace, html=done.html)
+            await self.send_html(render_sources, message=done.message, workspace=self.turn.workspace)
         await self.send_json(
             {
                 "type": "done",
@@ -149,7 +174,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "message": done.message.pk if done.message else None,
                 "html": done.html,
                 "citations": done.citations,
-                "message_html": message_html,
                 "usage": done.usage,
                 "stopped": done.stopped,
                 "extractive": done.extractive,
@@ -159,6 +183,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content, close=False):
         if not self.closed:
             await super().send_json(content, close=close)
+
+    async def send_html(self, render, *args, **kwargs) -> None:
+        if not self.closed:
+            await self.send(text_data=await database_sync_to_async(render)(*args, **kwargs))
 
     async def send_error(self, message: str, **extra) -> None:
         await self.send_json({"type": "error", "message": message, **extra})

@@ -5,7 +5,7 @@ from django import forms
 from knowledge.rag.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K
 from knowledge.rag.retrieval import MODES as RETRIEVAL_MODES
-from knowledge.services.asking import TOP_K_MAX
+from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX, AskInvalid, AskRequest, ask_request
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,22 @@ class AnswerSettingsForm(forms.Form):
         for errors in self.errors.values():
             return errors[0]
         return ""
+
+
+class AskForm(AnswerSettingsForm):
+    """A question from the chat page's form, as htmx's websocket extension sends it: every value a
+    string, the settings not shown on the page left out (they take their defaults)."""
+
+    question = forms.CharField(max_length=QUESTION_MAX_CHARS, error_messages={"required": "Type a question first."})
+    conversation = forms.IntegerField(required=False, min_value=1)
+
+    def ask_request(self) -> tuple[AskRequest, int | None]:
+        """The validated request and the conversation it continues; AskInvalid says what is wrong."""
+        if not self.is_valid():
+            raise AskInvalid(self.first_error())
+        data = self.cleaned_data
+        settings = {name: data[name] for name in ("question", "mode", "top_k", "chunk_top_k", "response_type")}
+        return ask_request(**settings), data["conversation"]
 
 
 class RenameForm(forms.Form):

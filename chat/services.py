@@ -141,6 +141,8 @@ class Turn:
     user: object
     conversation: Conversation
     request: AskRequest
+    # The question started the conversation, or titled one that had no title yet.
+    titled: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ def turn_start(*, user, slug: str, request: AskRequest, conversation_id: object 
         except Http404:
             raise AskInvalid("That conversation does not exist or is not shared with you; start a new one.") from None
     history = selectors.conversation_history(conversation=conversation) if conversation else []
+    titled = conversation is None or conversation.title == DEFAULT_TITLE
     question = question_record(
         conversation=conversation, workspace=workspace, user=user, question=request.question, mode=request.mode
     )
@@ -181,6 +184,7 @@ def turn_start(*, user, slug: str, request: AskRequest, conversation_id: object 
         user=user,
         conversation=question.conversation,
         request=dataclasses.replace(request, history=tuple(history)),
+        titled=titled,
     )
 
 

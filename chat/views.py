@@ -14,7 +14,7 @@ from chat.forms import (
     answer_settings,
 )
 from chat.models import Message
-from chat.rendering import prepare_message
+from chat.rendering import prepare_message, sources_context
 from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
@@ -40,17 +40,7 @@ def chat_page(request, slug, conversation_id=None):
         # Answers recorded by the ask service take feedback; older ones have no record to rate.
         message.takes_feedback = message.pk in feedback
         message.feedback = feedback.get(message.pk)
-    answers = [
-        {
-            "id": m.pk,
-            "subgraph": m.subgraph,
-            "citations": m.citations,
-            "keywords": m.keywords,
-            "content": m.content,
-        }
-        for m in messages
-        if m.role == Message.Role.ASSISTANT
-    ]
+    answers = [message for message in messages if message.role == Message.Role.ASSISTANT]
     conversations = selectors.conversations_for_user(workspace=workspace, user=request.user)
     extractive = answer_is_extractive()
     preferences = selectors.chat_preferences_for(user=request.user)
@@ -61,19 +51,12 @@ def chat_page(request, slug, conversation_id=None):
             **_settings_context(workspace, preferences, extractive),
             "conversation": conversation,
             "chat_messages": messages,
-            "answers": answers,
+            # The panel shows the latest answer's sources until another answer is picked.
+            **sources_context(message=answers[-1] if answers else Message(), workspace=workspace),
             "conversations": conversations[:SIDEBAR_CONVERSATIONS],
             "question_max_chars": QUESTION_MAX_CHARS,
-            "blank_answer": Message(role=Message.Role.ASSISTANT, mode=preferences.mode, extractive=extractive),
-            "blank_question": Message(role=Message.Role.USER),
             "client_config": {
-                "socketPath": f"/ws/workspaces/{workspace.slug}/chat/",
-                "conversation": conversation.pk if conversation else None,
-                "conversationUrl": reverse("chat:conversation", args=[workspace.slug, 0]),
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
-                "documentUrl": reverse("knowledge:document", args=[workspace.slug, 0]),
-                "feedbackUrl": reverse("chat:feedback", args=[workspace.slug, 0]),
-                "extractive": extractive,
             },
         },
     )
@@ -203,3 +186,13 @@ def answer_feedback(request, slug, message_id):
             return redirect("chat:conversation", slug=workspace.slug, conversation_id=answer.conversation_id)
     context = {"workspace": workspace, "message_id": answer.message_id, "feedback": feedback, "feedback_error": error}
     return render(request, "chat/_feedback.html", context, status=400 if error else 200)
+
+
+@login_required
+def answer_sources(request, slug, message_id):
+    """The sources panel of one answer of the conversation (its "Show sources" button)."""
+    workspace = workspace_for_user(request.user, slug)
+    message = selectors.answer_message_for_user(workspace=workspace, user=request.user, message_id=message_id)
+    return render(
+        request, "chat/_sources.html", {"workspace": workspace, **sources_context(message=message, workspace=workspace)}
+    )

@@ -40,10 +40,11 @@ def conversation_with_answer(workspace, user, *, content="Ada wrote it [S1].", s
     return conversation
 
 
-def page_answers(response) -> list[dict]:
+def page_sources(response) -> dict:
+    """The data of the sources panel's answer, as the graph panel reads it."""
     html = response.content.decode()
-    start = html.index('<script id="chat-answers" type="application/json">') + len(
-        '<script id="chat-answers" type="application/json">'
+    start = html.index('<script id="sources-data" type="application/json">') + len(
+        '<script id="sources-data" type="application/json">'
     )
     return json.loads(html[start : html.index("</script>", start)])
 
@@ -99,10 +100,13 @@ def test_it_reloads_a_conversation_with_every_answer_its_graph_and_citations(cli
     html = response.content.decode()
     assert "Who wrote it?" in html
     assert 'Ada wrote it <a href="#cite-S1" class="cite" data-cite="S1"' in html
-    assert "extractive answer" in html
-    [answer] = page_answers(response)
+    assert "<strong>Extractive answers</strong>" in html
+    answer = page_sources(response)
+    assert answer["answer"] == conversation.messages.get(role="assistant").pk
     assert answer["subgraph"]["nodes"][0]["label"] == "Ada Lovelace"
     assert answer["citations"][0]["id"] == "S1"
+    assert answer["cited"] == ["S1"]
+    assert '<li class="cited-item kind-source" id="cite-S1" data-cite="S1">' in html
 
 
 def test_it_renders_markup_in_saved_answers_and_citations_inert(client, team):
@@ -127,7 +131,7 @@ def test_it_renders_markup_in_saved_answers_and_citations_inert(client, team):
     # json_script escapes <, > and &, so an excerpt cannot close the data block.
     assert "alert(2)" in html
     assert "</script><script>alert(2)" not in html
-    assert page_answers(response)[0]["citations"][0]["excerpt"] == "</script><script>alert(2)"
+    assert page_sources(response)["citations"][0]["excerpt"] == "</script><script>alert(2)"
 
 
 def test_it_keeps_private_conversations_private(client, team, owner):
@@ -380,3 +384,19 @@ def test_it_redraws_the_settings_with_the_reason_when_a_change_is_refused(client
     assert "Needs a chat model" in response.content.decode()
     assert 'role="alert"' in response.content.decode()
     assert not ChatPreferences.objects.filter(user=viewer).exists()
+
+
+def test_it_shows_the_sources_of_an_answer_the_reader_may_read(client, team, owner):
+    workspace, viewer, outsider = team
+    mine = conversation_with_answer(workspace, viewer).messages.get(role="assistant")
+    private = conversation_with_answer(workspace, owner).messages.get(role="assistant")
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:sources", args=["acme", mine.pk]))
+
+    assert response.status_code == 200
+    assert response.content.decode().lstrip().startswith('<section id="sources"')
+    assert page_sources(response)["answer"] == mine.pk
+    assert client.get(reverse("chat:sources", args=["acme", private.pk])).status_code == 404
+    client.force_login(outsider)
+    assert client.get(reverse("chat:sources", args=["acme", mine.pk])).status_code == 404
