@@ -216,8 +216,12 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
     page.wait_for_function("() => document.getElementById('chat-status').textContent.includes('copied')")
     assert page.evaluate("navigator.clipboard.readText()") == ANSWER
 
+    conversation_url = page.url
     page.click(".message-assistant .regenerate")
     _wait_done(page, answers=2)
+    # Asked again in the same conversation, as a new turn.
+    assert page.url == conversation_url
+    assert conversation_url.endswith(f"/c/{page.input_value('#ask-conversation')}/")
     assert page.locator(".message-assistant").count() == 2
     assert page.locator(".message-user").nth(1).inner_text() == page.locator(".message-user").first.inner_text()
     assert errors == []
