@@ -1,9 +1,9 @@
 """Answers as HTML: markdown rendered on the server, then sanitized.
 
 Model output is untrusted (a document can carry a prompt injection), so raw HTML is never
-passed through and the result is cleaned with an allow-list. static/js/chat.js renders the
-streaming answer with the same rules (markdown-it with html off, DOMPurify, the same
-citation links), so the page does not change when the server's HTML replaces it.
+passed through and the result is cleaned with an allow-list. This is the only Markdown renderer:
+the page shows a streaming answer as plain text until this rendering replaces it (decision 0091).
+The partials the chat socket sends the page are rendered here too.
 """
 
 import re
