@@ -155,6 +155,7 @@ def preferences_save(request, slug):
     workspace = workspace_for_user(request.user, slug)
     form = AnswerSettingsForm(request.POST)
     valid = form.is_valid()
+    mode_before = selectors.chat_preferences_for(user=request.user).mode
     if valid:
         # A setting the page does not show is not posted, and keeps its saved value.
         changed = {name: value for name, value in form.cleaned_data.items() if name in request.POST}
@@ -164,7 +165,12 @@ def preferences_save(request, slug):
     # The settings again, for the mode now chosen (or as they were, with the error, when refused).
     context = _settings_context(workspace, selectors.chat_preferences_for(user=request.user), answer_is_extractive())
     context.update(settings_saved=valid, settings_error="" if valid else form.first_error())
-    return render(request, "chat/_settings.html", context)
+    response = render(request, "chat/_settings.html", context)
+    if valid and context["preferences"].mode == mode_before:
+        # The same settings stay on the page: only the status line changes, and a field the reader
+        # is already typing in is not swapped from under them.
+        response["HX-Reswap"] = "none"
+    return response
 
 
 @login_required

@@ -366,6 +366,9 @@ def test_it_shows_only_the_settings_that_change_something_in_the_mode(client, te
     assert "Graph rows: Naive reads no graph." in partial
     assert 'id="ask-chunk-top-k"' in partial
     assert "Settings saved" in partial
+    assert "HX-Reswap" not in naive.headers  # a new mode: the settings are redrawn
+    same_mode = client.post(url, {"mode": "naive", "chunk_top_k": "5"}, **htmx)
+    assert same_mode.headers["HX-Reswap"] == "none"  # only the status line changes
     assert 'id="ask-response-type"' not in extractive
     assert "Answer as: only a chat model writes in a form" in extractive
     # A setting left off the page keeps its saved value for the modes that use it.
