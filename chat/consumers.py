@@ -1,50 +1,38 @@
 """The chat websocket: docs/architecture.md, "The websocket protocol".
 
-An adapter over the ask service (knowledge/services/asking.py) that also keeps the conversation: the
-question is saved when it is asked, the answer when it ends, with what it was built from.
-Every question passes the membership gate and the asker's rate limit (RATE_LIMIT_ASK; the
-`error` event then carries `retry_after`, in seconds). One consumer per socket. An answer
-streams in its own task so the socket keeps reading (`cancel` must get through while tokens
-flow); the consumer owns that task and cancels it on `cancel` and on disconnect, so a closed
-tab never leaves a model stream running.
+An adapter over the conversation service (chat/services.py: `turn_start`, `turn_answer`), which
+saves the question when it is asked and the answer when it ends. Every question passes the
+membership gate and the asker's rate limit (RATE_LIMIT_ASK; the `error` event then carries
+`retry_after`, in seconds). One consumer per socket. An answer streams in its own task so the
+socket keeps reading (`cancel` must get through while tokens flow); the consumer owns that task
+and cancels it on `cancel` and on disconnect, so a closed tab never leaves a model stream running.
 """
 
 import asyncio
 import contextlib
-import dataclasses
 import json
-from contextlib import aclosing
-from dataclasses import asdict, dataclass
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
-from chat import selectors, services
-from chat.models import Conversation
-from chat.rendering import render_answer, render_message
+from chat import services
+from chat.forms import AskForm
+from chat.models import Message
+from chat.rendering import render_message, render_sources, render_turn
 from knowledge import metrics
-from knowledge.models import Answer, Workspace
-from knowledge.rag.answer.citations import answer_citations
-from knowledge.rag.llm import Usage
+from knowledge.models import Workspace
 from knowledge.rag.retrieval import RetrievalResult
 from knowledge.selectors import workspace_for_user
 from knowledge.services.asking import (
     ASK_FIELDS,
-    ENGINE_EXTRACTIVE,
     AskDenied,
-    Asker,
     AskError,
-    AskInvalid,
     AskLimited,
-    AskRequest,
     ErrorEvent,
     RetrievalEvent,
     TokenEvent,
-    answer_engine,
     ask_request_from_json,
-    ask_stream,
-    workspace_for_asking,
 )
 
 CLOSE_NOT_LOGGED_IN = 4401
@@ -53,18 +41,13 @@ CLOSE_NOT_A_MEMBER = 4403
 CHAT_FIELDS = tuple(name for name in ASK_FIELDS if name not in {"history", "context_only"})
 
 
-@dataclass
-class Turn:
-    workspace: Workspace
-    conversation: Conversation
-    request: AskRequest
-
-
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     # Answers go to this socket only, so it joins no channel layer: an open chat tab then
     # holds no blocking Redis read.
     channel_layer_alias = None
     workspace: Workspace | None = None
+    turn: services.Turn | None = None
+    page = False
     stream: asyncio.Task | None = None
     closed = False
 
@@ -118,8 +101,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_error("Still answering your previous question: wait for it, or press Stop first.")
             return
         try:
-            request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
-            turn = await self.start_turn(request, content.get("conversation"))
+            # The chat page's form comes through htmx's websocket extension, which adds its
+            # HEADERS: the page is then sent the partials it swaps in, besides the events.
+            self.page = "HEADERS" in content
+            if self.page:
+                request, conversation_id = AskForm(content).ask_request()
+            else:
+                request = ask_request_from_json(content, fields=CHAT_FIELDS, also=("type", "conversation"))
+                conversation_id = content.get("conversation")
+            # The gate counts the asker's question limit, as on every door (AskLimited).
+            self.turn = await database_sync_to_async(services.turn_start)(
+                user=self.user, slug=self.workspace.slug, request=request, conversation_id=conversation_id
+            )
         except AskLimited as limited:
             await self.send_error(str(limited), retry_after=limited.retry_after)
             return
@@ -132,7 +125,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except AskError as refusal:
             await self.send_error(str(refusal))
             return
-        self.stream = asyncio.create_task(self.answer(turn), name=f"chat-answer-{turn.conversation.pk}")
+        if self.page:
+            await self.send_html(
+                render_turn,
+                workspace=self.turn.workspace,
+                conversation=self.turn.conversation,
+                question=request.question,
+                mode=request.mode,
+                user=self.user,
+                new_conversation=self.turn.titled,
+            )
+        self.stream = asyncio.create_task(
+            services.turn_answer(self.turn, emit=self.emit), name=f"chat-answer-{self.turn.conversation.pk}"
+        )
 
     async def stop_stream(self) -> None:
         stream, self.stream = self.stream, None
@@ -141,100 +146,50 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await stream
 
-    @database_sync_to_async
-    def start_turn(self, request: AskRequest, conversation_id) -> Turn:
-        """Pass the gate, find the conversation and save the question, before anything is retrieved."""
-        workspace = workspace_for_asking(user=self.user, slug=self.workspace.slug, mode=request.mode)
-        conversation = None
-        if conversation_id:
-            try:
-                conversation = selectors.conversation_for_user(
-                    workspace=workspace, user=self.user, conversation_id=conversation_id
+    async def emit(self, event: services.TurnEvent) -> None:
+        """One event of the turn as the socket's message."""
+        if isinstance(event, TokenEvent):
+            await self.send_json({"type": "token", "text": event.text})
+        elif isinstance(event, RetrievalEvent):
+            if self.page:
+                retrieved = Message(
+                    citations=event.result.citations,
+                    subgraph=event.result.subgraph,
+                    keywords=event.result.keywords.to_json(),
                 )
-            except Http404:
-                raise AskInvalid(
-                    "That conversation does not exist or is not shared with you; start a new one."
-                ) from None
-        history = selectors.conversation_history(conversation=conversation) if conversation else []
-        question = services.question_record(
-            conversation=conversation, workspace=workspace, user=self.user, question=request.question, mode=request.mode
-        )
-        return Turn(
-            workspace=workspace,
-            conversation=question.conversation,
-            request=dataclasses.replace(request, history=tuple(history)),
-        )
+                await self.send_html(render_sources, message=retrieved, workspace=self.turn.workspace)
+            conversation = self.turn.conversation.pk
+            await self.send_json({"type": "retrieval", "conversation": conversation, **_retrieval_event(event.result)})
+        elif isinstance(event, ErrorEvent):
+            await self.send_error(event.message, conversation=self.turn.conversation.pk)
+        else:
+            await self.send_done(event)
 
-    async def answer(self, turn: Turn) -> None:
-        usage = Usage()
-        retrieval: RetrievalEvent | None = None
-        pieces: list[str] = []
-        conversation = turn.conversation.pk
-        try:
-            asker = Asker(user=self.user, door=Answer.Door.CHAT, conversation_id=turn.conversation.pk)
-            stream = ask_stream(workspace=turn.workspace, request=turn.request, usage=usage, asker=asker)
-            async with aclosing(stream) as events:
-                async for event in events:
-                    if isinstance(event, ErrorEvent):
-                        await self.send_error(event.message, conversation=conversation)
-                        return
-                    if isinstance(event, RetrievalEvent):
-                        retrieval = event
-                        await self.send_json(
-                            {"type": "retrieval", "conversation": conversation, **_retrieval_event(event.result)}
-                        )
-                    elif isinstance(event, TokenEvent):
-                        await self.send_json({"type": "token", "text": event.text})
-                        # Kept only once sent, so a stopped answer saves exactly what the reader saw.
-                        pieces.append(event.text)
-        except asyncio.CancelledError:
-            await self.finish(turn, retrieval, pieces, usage, stopped=True)
-            raise
-        await self.finish(turn, retrieval, pieces, usage, stopped=False)
-
-    async def finish(
-        self, turn: Turn, retrieval: RetrievalEvent | None, pieces: list[str], usage: Usage, *, stopped: bool
-    ) -> None:
-        """Save what was streamed (a stopped answer keeps its partial text) and send `done`."""
-        content = "".join(pieces)
-        extractive = (retrieval.engine if retrieval else answer_engine()) == ENGINE_EXTRACTIVE
-        message = None
-        # Computed here rather than taken from the DoneEvent: a stopped answer has none.
-        citations = await asyncio.to_thread(answer_citations, content, retrieval.result) if retrieval else []
-        if retrieval is not None and (content or not stopped):
-            result = retrieval.result
-            message = await database_sync_to_async(services.answer_record)(
-                conversation=turn.conversation,
-                content=content,
-                mode=turn.request.mode,
-                extractive=extractive,
-                stopped=stopped,
-                keywords=result.keywords.to_json(),
-                citations=citations,
-                subgraph=result.subgraph,
-                usage=asdict(usage),
-                answer_id=retrieval.answer_id,
-            )
+    async def send_done(self, done: services.TurnDone) -> None:
+        if self.page and done.message is not None:
+            # The answer as a reload shows it (chat/_message.html) replaces the open one, its sources the panel.
+            await self.send_html(render_message, done.message, workspace=self.turn.workspace, html=done.html)
+            await self.send_html(render_sources, message=done.message, workspace=self.turn.workspace)
         await self.send_json(
             {
                 "type": "done",
-                "conversation": turn.conversation.pk,
-                "message": message.pk if message else None,
-                "html": render_answer(content, citations=citations if retrieval else None),
-                "citations": citations,
-                # The message as a reload shows it (chat/_message.html), to replace the streamed one.
-                "message_html": (
-                    await database_sync_to_async(render_message)(message, workspace=turn.workspace) if message else ""
-                ),
-                "usage": asdict(usage),
-                "stopped": stopped,
-                "extractive": extractive,
+                "conversation": done.conversation.pk,
+                "message": done.message.pk if done.message else None,
+                "html": done.html,
+                "citations": done.citations,
+                "usage": done.usage,
+                "stopped": done.stopped,
+                "extractive": done.extractive,
             }
         )
 
     async def send_json(self, content, close=False):
         if not self.closed:
             await super().send_json(content, close=close)
+
+    async def send_html(self, render, *args, **kwargs) -> None:
+        if not self.closed:
+            await self.send(text_data=await database_sync_to_async(render)(*args, **kwargs))
 
     async def send_error(self, message: str, **extra) -> None:
         await self.send_json({"type": "error", "message": message, **extra})

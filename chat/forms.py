@@ -5,7 +5,7 @@ from django import forms
 from knowledge.rag.answer import DEFAULT_RESPONSE_TYPE, answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_CHUNK_TOP_K, DEFAULT_MODE, DEFAULT_TOP_K
 from knowledge.rag.retrieval import MODES as RETRIEVAL_MODES
-from knowledge.services.asking import TOP_K_MAX
+from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX, AskInvalid, AskRequest, ask_request
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,30 @@ MODE_VALUES = [mode.value for mode in MODES]
 # Modes that answer nothing without a chat model: bypass sends the question to the model alone.
 MODES_NEEDING_A_MODEL = {"bypass": "Needs a chat model: connect one on the Models page (/models/)."}
 RESPONSE_TYPES = ["Multiple Paragraphs", "Single Paragraph", "Bullet Points", "Single Sentence"]
+# Naive retrieval searches passages only and bypass retrieves nothing: every other mode walks the graph.
+GRAPH_MODES = {mode for mode in RETRIEVAL_MODES if mode not in {"naive", "bypass"}}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    # Why it is not shown in the current mode; empty when it is shown.
+    unused: str = ""
+
+
+def answer_settings(*, mode: str, extractive: bool) -> list[Setting]:
+    """The settings that change something for this mode and this way of answering, each with the
+    reason it is left out when it does not: the page shows only these, and asks with only these."""
+    return [
+        Setting(
+            "response_type",
+            "Answer as: only a chat model writes in a form; extractive answers are the sources' sentences."
+            if extractive
+            else "",
+        ),
+        Setting("top_k", "" if mode in GRAPH_MODES else f"Graph rows: {EXPLANATIONS[mode][0]} reads no graph."),
+        Setting("chunk_top_k", "Passages: Bypass retrieves nothing." if mode == "bypass" else ""),
+    ]
 
 
 def _count_field(name: str) -> forms.IntegerField:
@@ -77,6 +101,22 @@ class AnswerSettingsForm(forms.Form):
         for errors in self.errors.values():
             return errors[0]
         return ""
+
+
+class AskForm(AnswerSettingsForm):
+    """A question from the chat page's form, as htmx's websocket extension sends it: every value a
+    string, the settings not shown on the page left out (they take their defaults)."""
+
+    question = forms.CharField(max_length=QUESTION_MAX_CHARS, error_messages={"required": "Type a question first."})
+    conversation = forms.IntegerField(required=False, min_value=1)
+
+    def ask_request(self) -> tuple[AskRequest, int | None]:
+        """The validated request and the conversation it continues; AskInvalid says what is wrong."""
+        if not self.is_valid():
+            raise AskInvalid(self.first_error())
+        data = self.cleaned_data
+        settings = {name: data[name] for name in ("question", "mode", "top_k", "chunk_top_k", "response_type")}
+        return ask_request(**settings), data["conversation"]
 
 
 class RenameForm(forms.Form):

@@ -1,9 +1,9 @@
 """Answers as HTML: markdown rendered on the server, then sanitized.
 
 Model output is untrusted (a document can carry a prompt injection), so raw HTML is never
-passed through and the result is cleaned with an allow-list. static/js/chat.js renders the
-streaming answer with the same rules (markdown-it with html off, DOMPurify, the same
-citation links), so the page does not change when the server's HTML replaces it.
+passed through and the result is cleaned with an allow-list. This is the only Markdown renderer:
+the page shows a streaming answer as plain text until this rendering replaces it (decision 0091).
+The partials the chat socket sends the page are rendered here too.
 """
 
 import re
@@ -14,6 +14,8 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
+from chat.models import Message
+from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.answer.citations import CITATION_ID_RE, CITATION_RE, citation_href, cited_ids
 
 ALLOWED_TAGS = {
@@ -110,30 +112,89 @@ def render_answer(text: str, *, citations: list[dict] | None = None) -> str:
     )
 
 
+def _linked(citation: dict, *, workspace_slug: str) -> dict:
+    """A citation with its link and where it is (section, page) when the citation says so."""
+    where = " · ".join(part for part in (citation.get("section"), citation.get("location")) if part)
+    return {**citation, "href": citation_href(citation, workspace_slug=workspace_slug), "where": where}
+
+
+_KIND_ORDER = {"source": 0, "entity": 1, "relation": 2}
+
+
+def _by_kind(citation: dict) -> int:
+    return _KIND_ORDER.get(citation.get("kind"), len(_KIND_ORDER))
+
+
 def cited_citations(message, *, workspace_slug: str) -> list[dict]:
-    """The citations an answer cites, sources first, each with its link and where it is
-    (section, page) when the citation says so."""
+    """The citations an answer cites, in the order it cites them, sources first."""
     by_id = {str(citation.get("id")): citation for citation in message.citations or []}
-    rows = []
-    for row_id in cited_ids(message.content):
-        if row_id not in by_id:
-            continue
-        citation = dict(by_id[row_id])
-        citation["href"] = citation_href(citation, workspace_slug=workspace_slug)
-        citation["where"] = " · ".join(part for part in (citation.get("section"), citation.get("location")) if part)
-        rows.append(citation)
-    return sorted(rows, key=lambda citation: citation.get("kind") != "source")
+    rows = [
+        _linked(by_id[row_id], workspace_slug=workspace_slug)
+        for row_id in cited_ids(message.content)
+        if row_id in by_id
+    ]
+    return sorted(rows, key=_by_kind)
 
 
-def prepare_message(message, *, workspace):
-    """What chat/_message.html needs of an answer: its HTML and the sources it cites."""
+def sources_context(*, message, workspace) -> dict:
+    """What chat/_sources.html needs to show an answer's sources (`message`, saved or still
+    streaming, with its citations, subgraph and keywords): the rows it cites, everything else
+    it was given, its keywords, and the data the graph panel draws (static/js/chat.js)."""
+    cited = cited_citations(message, workspace_slug=workspace.slug)
+    cited_set = {citation["id"] for citation in cited}
+    rest = [
+        _linked(citation, workspace_slug=workspace.slug)
+        for citation in sorted(message.citations or [], key=_by_kind)
+        if citation.get("id") not in cited_set
+    ]
+    keywords = message.keywords or {}
+    return {
+        "sources_message": message,
+        "cited_rows": cited,
+        "retrieved_rows": rest,
+        "keywords": [*keywords.get("low_level", []), *keywords.get("high_level", [])],
+        "graph_data": {
+            "answer": message.pk,
+            "subgraph": message.subgraph or {},
+            "citations": message.citations or [],
+            "cited": [citation["id"] for citation in cited],
+        },
+    }
+
+
+def render_sources(*, message, workspace) -> str:
+    """The sources panel of an answer, swapped in over the chat socket."""
+    return render_to_string(
+        "chat/_sources.html", {"workspace": workspace, **sources_context(message=message, workspace=workspace)}
+    )
+
+
+def prepare_message(message, *, workspace, html: str | None = None):
+    """What chat/_message.html needs of an answer: its HTML (given when the turn already rendered
+    it) and the sources it cites."""
     if message.role == "assistant":
-        message.html = render_answer(message.content, citations=message.citations or [])
+        message.html = render_answer(message.content, citations=message.citations or []) if html is None else html
         message.cited_sources = cited_citations(message, workspace_slug=workspace.slug)
     return message
 
 
-def render_message(message, *, workspace) -> str:
-    """One message as a reloaded conversation draws it, for the `done` event of a streamed answer."""
-    message = prepare_message(message, workspace=workspace)
-    return render_to_string("chat/_message.html", {"message": message, "workspace": workspace})
+def render_message(message, *, workspace, html: str | None = None) -> str:
+    """A streamed answer as a reloaded conversation draws it, to replace the open one on the page."""
+    message = prepare_message(message, workspace=workspace, html=html)
+    context = {"message": message, "workspace": workspace, "extractive": answer_is_extractive(), "streamed": True}
+    return render_to_string("chat/_message.html", context)
+
+
+def render_turn(*, workspace, conversation, question: str, mode: str, user, new_conversation: bool) -> str:
+    """A question just asked and its open answer, for the page (chat/_turn.html)."""
+    extractive = answer_is_extractive()
+    context = {
+        "workspace": workspace,
+        "conversation": conversation,
+        "user": user,
+        "new_conversation": new_conversation,
+        "extractive": extractive,
+        "question": Message(role=Message.Role.USER, content=question),
+        "answer": Message(role=Message.Role.ASSISTANT, mode=mode, extractive=extractive),
+    }
+    return render_to_string("chat/_turn.html", context)

@@ -35,6 +35,15 @@ def conversation_messages(*, conversation: Conversation) -> list[Message]:
     return list(conversation.messages.order_by("created_at", "id"))
 
 
+def answer_message_for_user(*, workspace: Workspace, user, message_id) -> Message:
+    """One answer in a conversation of this workspace the user may read; 404 otherwise."""
+    readable = Conversation.objects.filter(workspace=workspace).visible_to(user).values("pk")
+    try:
+        return Message.objects.get(pk=int(message_id), role=Message.Role.ASSISTANT, conversation__in=readable)
+    except (Message.DoesNotExist, TypeError, ValueError):
+        raise Http404("No such answer.") from None
+
+
 def conversation_history(*, conversation: Conversation, turns: int = HISTORY_TURNS) -> list[dict]:
     """The last answered question-answer pairs, oldest first, as chat messages for the model.
 

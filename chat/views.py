@@ -5,9 +5,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chat import selectors, services
-from chat.forms import MODES, MODES_NEEDING_A_MODEL, RESPONSE_TYPES, AnswerSettingsForm, RenameForm
+from chat.forms import (
+    MODES,
+    MODES_NEEDING_A_MODEL,
+    RESPONSE_TYPES,
+    AnswerSettingsForm,
+    RenameForm,
+    answer_settings,
+)
 from chat.models import Message
-from chat.rendering import prepare_message
+from chat.rendering import prepare_message, sources_context
 from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_MODE
 from knowledge.selectors import workspace_for_user
@@ -33,54 +40,47 @@ def chat_page(request, slug, conversation_id=None):
         # Answers recorded by the ask service take feedback; older ones have no record to rate.
         message.takes_feedback = message.pk in feedback
         message.feedback = feedback.get(message.pk)
-    answers = [
-        {
-            "id": m.pk,
-            "subgraph": m.subgraph,
-            "citations": m.citations,
-            "keywords": m.keywords,
-            "content": m.content,
-        }
-        for m in messages
-        if m.role == Message.Role.ASSISTANT
-    ]
+    answers = [message for message in messages if message.role == Message.Role.ASSISTANT]
     conversations = selectors.conversations_for_user(workspace=workspace, user=request.user)
     extractive = answer_is_extractive()
     preferences = selectors.chat_preferences_for(user=request.user)
-    if extractive and preferences.mode in MODES_NEEDING_A_MODEL:
-        preferences.mode = DEFAULT_MODE
     return render(
         request,
         "chat/chat.html",
         {
-            "workspace": workspace,
+            **_settings_context(workspace, preferences, extractive),
             "conversation": conversation,
             "chat_messages": messages,
-            "answers": answers,
+            # The panel shows the latest answer's sources until another answer is picked.
+            **sources_context(message=answers[-1] if answers else Message(), workspace=workspace),
             "conversations": conversations[:SIDEBAR_CONVERSATIONS],
-            "modes": [
-                {"mode": mode, "unavailable": MODES_NEEDING_A_MODEL.get(mode.value, "") if extractive else ""}
-                for mode in MODES
-            ],
-            "preferences": preferences,
-            "response_types": RESPONSE_TYPES,
-            "top_k_max": TOP_K_MAX,
             "question_max_chars": QUESTION_MAX_CHARS,
-            "extractive": extractive,
-            "blank_answer": Message(role=Message.Role.ASSISTANT, mode=preferences.mode, extractive=extractive),
-            "blank_question": Message(role=Message.Role.USER),
             "client_config": {
-                "socketPath": f"/ws/workspaces/{workspace.slug}/chat/",
-                "conversation": conversation.pk if conversation else None,
-                "conversationUrl": reverse("chat:conversation", args=[workspace.slug, 0]),
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
-                "documentUrl": reverse("knowledge:document", args=[workspace.slug, 0]),
-                "preferencesUrl": reverse("chat:preferences", args=[workspace.slug]),
-                "feedbackUrl": reverse("chat:feedback", args=[workspace.slug, 0]),
-                "extractive": extractive,
             },
         },
     )
+
+
+def _settings_context(workspace, preferences, extractive: bool) -> dict:
+    """What chat/_settings.html needs: the modes (with the reason one is off) and the settings
+    that change something in the chosen mode."""
+    if extractive and preferences.mode in MODES_NEEDING_A_MODEL:
+        preferences.mode = DEFAULT_MODE
+    settings = answer_settings(mode=preferences.mode, extractive=extractive)
+    return {
+        "workspace": workspace,
+        "modes": [
+            {"mode": mode, "unavailable": MODES_NEEDING_A_MODEL.get(mode.value, "") if extractive else ""}
+            for mode in MODES
+        ],
+        "preferences": preferences,
+        "shown_settings": {setting.name for setting in settings if not setting.unused},
+        "unused_settings": [setting for setting in settings if setting.unused],
+        "response_types": RESPONSE_TYPES,
+        "top_k_max": TOP_K_MAX,
+        "extractive": extractive,
+    }
 
 
 @login_required
@@ -152,12 +152,25 @@ def graph_neighbours(request, slug):
 def preferences_save(request, slug):
     """Remember the chat settings the user just changed (the chat page posts them on change).
     They are the user's, not the workspace's; the workspace only gates who may post."""
-    workspace_for_user(request.user, slug)
+    workspace = workspace_for_user(request.user, slug)
     form = AnswerSettingsForm(request.POST)
-    if not form.is_valid():
-        return JsonResponse({"error": form.first_error()}, status=400)
-    services.chat_preferences_save(user=request.user, **form.cleaned_data)
-    return HttpResponse(status=204)
+    valid = form.is_valid()
+    mode_before = selectors.chat_preferences_for(user=request.user).mode
+    if valid:
+        # A setting the page does not show is not posted, and keeps its saved value.
+        changed = {name: value for name, value in form.cleaned_data.items() if name in request.POST}
+        services.chat_preferences_save(user=request.user, **changed)
+    if not request.htmx:
+        return HttpResponse(status=204) if valid else JsonResponse({"error": form.first_error()}, status=400)
+    # The settings again, for the mode now chosen (or as they were, with the error, when refused).
+    context = _settings_context(workspace, selectors.chat_preferences_for(user=request.user), answer_is_extractive())
+    context.update(settings_saved=valid, settings_error="" if valid else form.first_error())
+    response = render(request, "chat/_settings.html", context)
+    if valid and context["preferences"].mode == mode_before:
+        # The same settings stay on the page: only the status line changes, and a field the reader
+        # is already typing in is not swapped from under them.
+        response["HX-Reswap"] = "none"
+    return response
 
 
 @login_required
@@ -179,3 +192,13 @@ def answer_feedback(request, slug, message_id):
             return redirect("chat:conversation", slug=workspace.slug, conversation_id=answer.conversation_id)
     context = {"workspace": workspace, "message_id": answer.message_id, "feedback": feedback, "feedback_error": error}
     return render(request, "chat/_feedback.html", context, status=400 if error else 200)
+
+
+@login_required
+def answer_sources(request, slug, message_id):
+    """The sources panel of one answer of the conversation (its "Show sources" button)."""
+    workspace = workspace_for_user(request.user, slug)
+    message = selectors.answer_message_for_user(workspace=workspace, user=request.user, message_id=message_id)
+    return render(
+        request, "chat/_sources.html", {"workspace": workspace, **sources_context(message=message, workspace=workspace)}
+    )

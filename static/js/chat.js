@@ -1,213 +1,188 @@
-// The chat page: websocket client, streaming markdown, the subgraph panel and the citations.
-//
-// Everything that arrives from the server is untrusted text (model output, document
-// excerpts, entity descriptions). Answers are rendered by markdown-it with raw HTML off and
-// then cleaned by DOMPurify with an allow-list; everything else goes in through textContent.
+// The chat page's JavaScript: what htmx cannot do. htmx's websocket extension owns the socket
+// (ws-connect, and ws-send on the question form) and swaps in the server's partials: the question
+// with its open answer (chat/_turn.html), the finished answer (chat/_message.html) and its sources
+// (chat/_sources.html). This file streams tokens into the open answer as plain text (the server
+// renders the Markdown once, when the answer ends), draws the subgraph with Cytoscape, and links
+// the graph, the answer's markers and the sources panel.
 (function () {
   "use strict";
 
   const config = JSON.parse(document.getElementById("chat-config").textContent);
-  const answers = new Map(
-    JSON.parse(document.getElementById("chat-answers").textContent).map((answer) => [String(answer.id), answer]),
-  );
-
   const $ = (id) => document.getElementById(id);
   const messages = $("messages");
   const form = $("ask-form");
   const questionBox = $("ask-question");
-  const modeSelect = $("ask-mode");
   const sendButton = $("ask-send");
   const stopButton = $("ask-stop");
-  const statusLine = $("chat-status");
-  const citationsBody = document.querySelector("#citations tbody");
 
-  // ---- Markdown, the same rules as chat/rendering.py ----------------------------------
-
-  const SAFE_URL = /^(?:(?:https?|mailto):|#)/i;
-  const CITATION = /\[((?:[SER]\d+)(?:\s*[,;]\s*[SER]\d+)*)\]/g;
-  const ALLOWED_TAGS = [
-    "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul", "ol", "li",
-    "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td",
-  ];
-
-  const md = window.markdownit({ html: false, linkify: false, typographer: false });
-  md.validateLink = (url) => SAFE_URL.test(url.trim());
-  // As chat/rendering.py: an image is its alt text, so no answer makes a reader's browser
-  // fetch an address a model (or a poisoned document) chose.
-  md.core.ruler.push("images_as_text", (state) => {
-    for (const block of state.tokens) {
-      if (block.type !== "inline" || !block.children) continue;
-      block.children = block.children.map((token) =>
-        token.type === "image" ? Object.assign(new state.Token("text", "", 0), { content: token.content }) : token);
-    }
-  });
-  md.core.ruler.push("citation_links", (state) => {
-    for (const block of state.tokens) {
-      if (block.type !== "inline" || !block.children) continue;
-      const children = [];
-      let insideLink = 0;
-      for (const token of block.children) {
-        if (token.type === "link_open") insideLink += 1;
-        if (token.type === "link_close") insideLink -= 1;
-        if (token.type !== "text" || insideLink || !token.content.match(CITATION)) {
-          children.push(token);
-          continue;
-        }
-        children.push(...splitCitations(state, token.content));
-      }
-      block.children = children;
-    }
-  });
-
-  function splitCitations(state, text) {
-    const tokens = [];
-    const textToken = (content) => Object.assign(new state.Token("text", "", 0), { content });
-    let position = 0;
-    for (const match of text.matchAll(CITATION)) {
-      if (match.index > position) tokens.push(textToken(text.slice(position, match.index)));
-      // A marker of a row the context never held is invented: it goes, as on the server.
-      const known = state.env.citationIds;
-      match[1].match(/[SER]\d+/g).filter((id) => !known || known.has(id)).forEach((id, index) => {
-        if (index) tokens.push(textToken(" "));
-        const open = new state.Token("link_open", "a", 1);
-        open.attrs = [["href", `#cite-${id}`], ["class", "cite"], ["data-cite", id]];
-        tokens.push(open, textToken(`[${id}]`), new state.Token("link_close", "a", -1));
-      });
-      position = match.index + match[0].length;
-    }
-    if (position < text.length) tokens.push(textToken(text.slice(position)));
-    return tokens;
-  }
-
-  function clean(html) {
-    return DOMPurify.sanitize(html, {
-      ALLOWED_TAGS,
-      ALLOWED_ATTR: ["href", "title", "class", "data-cite", "start", "rel"],
-      ALLOWED_URI_REGEXP: SAFE_URL,
-    });
-  }
-
-  const renderMarkdown = (text, citations) =>
-    clean(md.render(text, citations ? { citationIds: new Set(citations.map((row) => String(row.id))) } : {}));
-
-  // A whole message rendered by the server (chat/_message.html): the answer inside it was
-  // already cleaned by nh3; this pass keeps the page safe should that ever change.
-  const SAFE_MESSAGE_URL = /^(?:(?:https?|mailto):|#|\/(?!\/))/i;
-  function cleanMessage(html) {
-    return DOMPurify.sanitize(html, {
-      ALLOWED_TAGS: [...ALLOWED_TAGS, "article", "header", "footer", "span", "button", "div"],
-      ALLOWED_ATTR: [
-        "href", "title", "class", "data-cite", "start", "rel", "target", "type",
-        "data-message", "data-answer", "aria-label",
-      ],
-      ALLOWED_URI_REGEXP: SAFE_MESSAGE_URL,
-    });
-  }
-
-  // The rows an answer cites, in the order it first cites them (its [S2]-style markers); their
-  // citations carry the cited sentence once the answer is done.
-  function citedIds(sources) {
-    const ids = [];
-    for (const match of String(sources.content || "").matchAll(CITATION)) ids.push(...match[1].match(/[SER]\d+/g));
-    return [...new Set(ids)];
-  }
-
-  // ---- The socket ----------------------------------------------------------------------
+  // ---- The socket ------------------------------------------------------------------------
 
   let socket = null;
-  let reconnectDelay = 500;
   let streaming = null;
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${scheme}://${location.host}${config.socketPath}`);
-    socket.addEventListener("open", () => {
-      reconnectDelay = 500;
-      setStatus("Ready.");
-      setBusy(false);
-    });
-    socket.addEventListener("message", (event) => handle(JSON.parse(event.data)));
-    socket.addEventListener("close", (event) => {
-      sendButton.disabled = true;
-      if (streaming) failStream("The connection dropped before the answer was complete.");
-      if (event.code === 4401) return setStatus("Your session has ended: reload the page and log in again.", true);
-      if (event.code === 4403) return setStatus("You are not a member of this workspace.", true);
-      setStatus("Connection lost; reconnecting…", true);
-      setTimeout(connect, reconnectDelay);
-      reconnectDelay = Math.min(reconnectDelay * 2, 10000);
-    });
-  }
+  document.body.addEventListener("htmx:wsOpen", (event) => {
+    socket = event.detail.socketWrapper;
+    setStatus("Ready.");
+    setBusy(false);
+  });
 
-  function send(message) {
-    if (!socket || socket.readyState !== WebSocket.OPEN) {
-      setStatus("Not connected yet; try again in a moment.", true);
-      return false;
-    }
-    socket.send(JSON.stringify(message));
-    return true;
-  }
+  document.body.addEventListener("htmx:wsClose", (event) => {
+    socket = null;
+    sendButton.disabled = true;
+    if (streaming) failStream("The connection dropped before the answer was complete.");
+    const code = event.detail.event.code;
+    if (code === 4401) return setStatus("Your session has ended: reload the page and log in again.", true);
+    if (code === 4403) return setStatus("You are not a member of this workspace.", true);
+    setStatus("Connection lost; reconnecting…", true);
+  });
 
-  // URLs come from Django's reverse() with 0 as the id; the id is the last path segment.
-  const withId = (url, id) => url.replace(/\/0\/$/, `/${Number(id)}/`);
+  // Events (JSON) are this file's; partials (HTML) are htmx's to swap.
+  document.body.addEventListener("htmx:wsBeforeMessage", (event) => {
+    if (!event.detail.message.startsWith("{")) return;
+    event.preventDefault();
+    const data = JSON.parse(event.detail.message);
+    ({ retrieval: onRetrieval, token: onToken, done: onDone, error: onError })[data.type]?.(data);
+  });
 
-  function handle(event) {
-    if (event.conversation && !config.conversation) adoptConversation(event.conversation);
-    switch (event.type) {
-      case "retrieval": return onRetrieval(event);
-      case "token": return onToken(event);
-      case "done": return onDone(event);
-      case "error": return onError(event);
-    }
-  }
-
-  function adoptConversation(id) {
-    config.conversation = id;
-    const heading = document.querySelector("#conversation-header h1");
-    if (heading && streaming) heading.textContent = streaming.question.split(/\s+/).join(" ").slice(0, 80);
-    history.replaceState(null, "", withId(config.conversationUrl, id));
-  }
-
-  // ---- Settings: sent with every question, remembered for the user --------------------------
-
-  const settingFields = [modeSelect, $("ask-response-type"), $("ask-top-k"), $("ask-chunk-top-k")];
-  const csrfToken = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
-
-  function currentSettings() {
-    return {
-      mode: modeSelect.value,
-      response_type: $("ask-response-type").value,
-      top_k: Number($("ask-top-k").value),
-      chunk_top_k: Number($("ask-chunk-top-k").value),
-    };
-  }
-
-  async function saveSettings() {
-    const invalid = settingFields.find((field) => !field.checkValidity());
-    if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
-    const body = new FormData();
-    for (const [name, value] of Object.entries(currentSettings())) body.append(name, value);
-    try {
-      const response = await fetch(config.preferencesUrl, {
-        method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken },
-      });
-      if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
-      setStatus("Settings saved; they apply to your next questions.");
-    } catch (error) {
-      setStatus(`Could not save the settings: ${error.message}`, true);
-    }
-  }
-
-  for (const field of settingFields) field.addEventListener("change", saveSettings);
-
-  function explainMode() {
-    const option = modeSelect.selectedOptions[0];
-    const off = [...modeSelect.options].filter((item) => item.disabled);
-    const notes = off.map((item) => `${item.textContent.replace(/ \(.*\)$/, "")} is off: ${item.dataset.unavailable}`);
-    $("mode-explanation").textContent = [option.dataset.explanation, ...notes].join(" ");
-  }
-  modeSelect.addEventListener("change", explainMode);
+  document.body.addEventListener("htmx:wsAfterMessage", () => {
+    // A new conversation gets its own address.
+    const url = $("ask-conversation").dataset.url;
+    if (url && location.pathname !== url) history.replaceState(null, "", url);
+    showSwappedSources();
+    follow();
+  });
 
   // ---- Asking and streaming --------------------------------------------------------------
+
+  document.body.addEventListener("htmx:wsConfigSend", (event) => {
+    if (event.target !== form) return;
+    const question = questionBox.value.trim();
+    if (streaming || !question) {
+      event.preventDefault();
+      if (!streaming) setStatus("Type a question first.", true);
+      return;
+    }
+    if (event.detail.errors.length) return;
+    streaming = { question, text: "", frame: 0 };
+  });
+
+  document.body.addEventListener("htmx:validation:halted", (event) => {
+    const [error] = event.detail.errors || [];
+    if (error) setStatus(`${error.elt.labels?.[0]?.textContent.trim() || "Question"}: ${error.message}`, true);
+  });
+
+  form.addEventListener("htmx:wsAfterSend", () => {
+    questionBox.value = "";
+    following = true;
+    setBusy(true);
+    setStatus("Searching the knowledge graph…");
+  });
+
+  questionBox.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
+  stopButton.addEventListener("click", stop);
+
+  function stop() {
+    if (streaming && socket) {
+      socket.send(JSON.stringify({ type: "cancel" }));
+      setStatus("Stopping…");
+    }
+  }
+
+  const liveAnswer = () => $("answer-live");
+
+  function onRetrieval(event) {
+    if (!streaming) return;
+    const total = event.timings && event.timings.total;
+    setStatus(total ? `Sources found in ${Math.round(total)} ms; answering…` : "Answering…");
+    liveAnswer()?.querySelector(".answer-body").classList.add("streaming");
+  }
+
+  function onToken(event) {
+    if (!streaming) return;
+    streaming.text += event.text;
+    // One update per frame however fast tokens arrive.
+    if (!streaming.frame) {
+      streaming.frame = requestAnimationFrame(() => {
+        if (!streaming) return;
+        streaming.frame = 0;
+        const body = liveAnswer()?.querySelector(".answer-body");
+        if (body) body.textContent = streaming.text;
+        follow();
+      });
+    }
+  }
+
+  function onDone(event) {
+    if (!streaming) return;
+    cancelAnimationFrame(streaming.frame);
+    // Without a saved answer nothing replaced the open one: say why it stays empty.
+    const live = liveAnswer();
+    if (live) {
+      live.querySelector(".answer-body").classList.remove("streaming");
+      if (event.stopped && !event.message) {
+        live.querySelector(".answer-body").replaceChildren(note("Stopped before the answer began; nothing was saved."));
+      }
+      live.removeAttribute("id");
+    }
+    const usage = event.usage || {};
+    const tokens = (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
+    setStatus(event.stopped ? "Stopped." : tokens ? `Done · ${tokens} tokens.` : "Done.");
+    endStream();
+    follow();
+  }
+
+  function onError(event) {
+    if (streaming) return failStream(event.message);
+    setStatus(event.message, true);
+  }
+
+  function failStream(message) {
+    const { question } = streaming;
+    cancelAnimationFrame(streaming.frame);
+    const live = liveAnswer();
+    if (live) {
+      live.querySelector(".answer-body").classList.remove("streaming");
+      live.classList.add("message-error");
+      live.querySelector(".answer-body").append(note(message, "error"));
+      live.removeAttribute("id");
+    }
+    // The question is not lost: it goes back into the box for another try.
+    if (!questionBox.value) questionBox.value = question;
+    setStatus(message, true);
+    endStream();
+  }
+
+  function endStream() {
+    streaming = null;
+    setBusy(false);
+  }
+
+  function setBusy(busy) {
+    sendButton.disabled = busy || !socket;
+    stopButton.hidden = !busy;
+  }
+
+  function setStatus(text, isError = false) {
+    // Looked up each time: a saved setting's partial replaces the status line.
+    const statusLine = $("chat-status");
+    statusLine.textContent = text;
+    statusLine.classList.toggle("error", isError);
+  }
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  const note = (text, extra = "muted") => element("p", `note ${extra}`, text);
 
   // Follow the answer down as it grows, unless the reader scrolled up to read something else.
   let following = true;
@@ -225,176 +200,14 @@
     follow();
   });
 
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    if (streaming) return;
-    const question = questionBox.value.trim();
-    if (!question) return setStatus("Type a question first.", true);
-    const invalid = settingFields.find((field) => !field.checkValidity());
-    if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
-    const settings = currentSettings();
-    const ask = { type: "ask", question, ...settings };
-    if (config.conversation) ask.conversation = config.conversation;
-    if (!send(ask)) return;
-    $("chat-empty")?.remove();
-    messages.append(userMessage(question));
-    const article = assistantMessage(settings.mode);
-    messages.append(article);
-    streaming = { article, body: article.querySelector(".answer-body"), text: "", question, frame: 0 };
-    following = true;
-    follow();
-    questionBox.value = "";
-    setBusy(true);
-    setStatus("Searching the knowledge graph…");
-  });
-
-  questionBox.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-      event.preventDefault();
-      form.requestSubmit();
-    }
-  });
-
-  stopButton.addEventListener("click", stop);
-
-  function stop() {
-    if (streaming && send({ type: "cancel" })) setStatus("Stopping…");
-  }
-
-  function onRetrieval(event) {
-    if (!streaming) return;
-    streaming.sources = {
-      subgraph: event.subgraph, citations: event.citations, keywords: event.keywords, content: "",
-    };
-    showSources(streaming.sources, streaming.article);
-    const total = event.timings && event.timings.total;
-    setStatus(total ? `Sources found in ${Math.round(total)} ms; answering…` : "Answering…");
-    streaming.body.classList.add("streaming");
-  }
-
-  function onToken(event) {
-    if (!streaming) return;
-    streaming.text += event.text;
-    // One render per frame however fast tokens arrive; markdown needs the whole text
-    // each time (a table or list changes shape as it grows).
-    if (!streaming.frame) {
-      streaming.frame = requestAnimationFrame(() => {
-        if (!streaming) return;
-        streaming.frame = 0;
-        streaming.body.innerHTML = renderMarkdown(streaming.text, streaming.sources && streaming.sources.citations);
-        follow();
-      });
-    }
-  }
-
-  function onDone(event) {
-    if (!streaming) return;
-    const { body, sources, text } = streaming;
-    let { article } = streaming;
-    cancelAnimationFrame(streaming.frame);
-    body.classList.remove("streaming");
-    if (event.message && event.message_html) {
-      // The answer as a reload will show it: the same template, the cited sources under it.
-      const holder = document.createElement("template");
-      holder.innerHTML = cleanMessage(event.message_html);
-      const rendered = holder.content.querySelector("article");
-      if (rendered) {
-        article.replaceWith(rendered);
-        if (activeArticle === article) activeArticle = rendered;
-        article = rendered;
-        // Feedback needs the page's session (a CSRF-protected form), so it comes in its own request.
-        const slot = rendered.querySelector(".answer-feedback-slot");
-        if (slot) htmx.ajax("GET", config.feedbackUrl.replace("/0/", `/${event.message}/`), { target: slot, swap: "innerHTML" });
-      }
-    } else {
-      body.innerHTML = clean(event.html || "");
-      if (event.message) article.dataset.message = article.dataset.answer = event.message;
-      const meta = article.querySelector(".message-meta");
-      if (event.stopped) meta.insertBefore(badge("stopped", "badge-muted"), meta.querySelector(".message-tools"));
-    }
-    if (event.message && sources) {
-      // `done` brings the citations again, now with the sentences the answer cites.
-      Object.assign(sources, { content: text, citations: event.citations || sources.citations });
-      answers.set(String(event.message), sources);
-      if (activeArticle === article || !activeArticle) showSources(sources, article, { keepGraph: true });
-    }
-    if (event.stopped && !event.message) {
-      article.querySelector(".answer-body").replaceChildren(note("Stopped before the answer began; nothing was saved."));
-    }
-    const usage = event.usage || {};
-    const tokens = (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
-    setStatus(event.stopped ? "Stopped." : tokens ? `Done · ${tokens} tokens.` : "Done.");
-    endStream();
-    follow();
-  }
-
-  function onError(event) {
-    if (streaming) return failStream(event.message);
-    setStatus(event.message, true);
-  }
-
-  function failStream(message) {
-    const { article, body, question } = streaming;
-    cancelAnimationFrame(streaming.frame);
-    body.classList.remove("streaming");
-    article.classList.add("message-error");
-    body.append(note(message, "error"));
-    // The question is not lost: it goes back into the box for another try.
-    if (!questionBox.value) questionBox.value = question;
-    setStatus(message, true);
-    endStream();
-  }
-
-  function endStream() {
-    streaming = null;
-    setBusy(false);
-  }
-
-  function setBusy(busy) {
-    sendButton.disabled = busy || !socket || socket.readyState !== WebSocket.OPEN;
-    stopButton.hidden = !busy;
-  }
-
-  function setStatus(text, isError = false) {
-    statusLine.textContent = text;
-    statusLine.classList.toggle("error", isError);
-  }
-
-  // Live messages are copies of the server's own template (chat/_message.html), so a reload
-  // shows them the same.
-  const fromTemplate = (id) => $(id).content.querySelector("article").cloneNode(true);
-
-  function userMessage(question) {
-    const article = fromTemplate("question-template");
-    article.querySelector(".message-body").textContent = question;
-    return article;
-  }
-
-  function assistantMessage(mode) {
-    const article = fromTemplate("answer-template");
-    article.querySelector(".badge-mode").textContent = mode;
-    article.querySelector(".answer-body").replaceChildren(note("Searching…"));
-    return article;
-  }
-
-  function element(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-
-  const badge = (text, extra = "") => element("span", `badge ${extra}`.trim(), text);
-  const note = (text, extra = "muted") => element("p", `note ${extra}`, text);
-
   // ---- Copy, regenerate, shortcuts ---------------------------------------------------------
 
   const latestAnswer = () => [...messages.querySelectorAll(".message-assistant")].pop();
 
   function answerText(article) {
-    if (streaming && streaming.article === article) return streaming.text;
-    const saved = answers.get(article.dataset.answer || "");
-    return saved && saved.content ? saved.content : article.querySelector(".answer-body").innerText;
+    if (streaming && article === liveAnswer()) return streaming.text;
+    const markdown = article.querySelector("template.answer-markdown");
+    return markdown ? markdown.content.textContent : article.querySelector(".answer-body").innerText;
   }
 
   async function copyAnswer(article) {
@@ -437,28 +250,27 @@
     }
   });
 
-  // ---- Sources: which answer the right-hand panels show ------------------------------------
+  // ---- Sources: the panel is the server's; the graph and the active answer follow it -------
 
   let activeArticle = null;
-  let activeSources = null;
+  let shownData = null;
 
-  function showSources(sources, article, { keepGraph = false } = {}) {
+  // The panel came in (with the page, over the socket, or by "Show sources"): draw its graph
+  // and mark the answer it belongs to.
+  function showSwappedSources() {
+    const holder = $("sources-data");
+    if (!holder || holder === shownData) return;
+    shownData = holder;
+    const data = JSON.parse(holder.textContent);
+    const article = data.answer
+      ? messages.querySelector(`.message-assistant[data-answer="${Number(data.answer)}"]`)
+      : liveAnswer();
     activeArticle?.classList.remove("active");
     activeArticle = article;
     article?.classList.add("active");
-    activeSources = sources;
-    const cited = citedIds(sources);
-    renderCitations(sources, cited);
-    renderGraph(sources.subgraph || {}, sources.citations || [], cited, { keepIfSame: keepGraph });
-    const keywords = sources.keywords || {};
-    const words = [...(keywords.low_level || keywords.low || []), ...(keywords.high_level || keywords.high || [])];
-    $("keywords").textContent = words.length ? `keywords: ${words.join(", ")}` : "";
+    renderGraph(data.subgraph || {}, data.citations || [], data.cited || []);
   }
-
-  function sourcesOf(article) {
-    if (streaming && streaming.article === article) return streaming.sources;
-    return answers.get(article.dataset.answer || "");
-  }
+  document.body.addEventListener("htmx:afterSettle", showSwappedSources);
 
   messages.addEventListener("click", (event) => {
     const article = event.target.closest(".message-assistant");
@@ -466,13 +278,12 @@
     if (event.target.closest(".copy-answer")) return copyAnswer(article);
     if (event.target.closest(".regenerate")) return regenerate(article);
     const cite = event.target.closest("a.cite");
-    if (event.target.closest(".show-sources") || cite) {
-      event.preventDefault();
-      const sources = sourcesOf(article);
-      if (!sources) return;
-      if (article !== activeArticle) showSources(sources, article);
-      if (cite) focusCitation(cite.dataset.cite);
-    }
+    if (!cite) return;
+    event.preventDefault();
+    const sources = article.querySelector(".show-sources[hx-get]");
+    if (article === activeArticle || !sources) return focusCitation(cite.dataset.cite);
+    htmx.ajax("GET", sources.getAttribute("hx-get"), { target: "#sources", swap: "outerHTML" })
+      .then(() => focusCitation(cite.dataset.cite));
   });
 
   function focusCitation(id) {
@@ -485,102 +296,22 @@
     row.scrollIntoView({ block: "center", behavior: "smooth" });
   }
 
-  // ---- Citations: the cited sources first, everything else folded ---------------------------
-
-  // The document page shades the chunk (?chunk=<id>), marks the sentence (&start=&end=) and
-  // jumps to the chunk's page or section (#page-4, #section-3) when the citation knows it.
-  function chunkHref(citation) {
-    if (!citation.chunk_id || !citation.document_id) return null;
-    const url = new URL(withId(config.documentUrl, citation.document_id), location.href);
-    url.searchParams.set("chunk", Number(citation.chunk_id));
-    if (Number.isInteger(citation.sentence_start) && Number.isInteger(citation.sentence_end)) {
-      url.searchParams.set("start", citation.sentence_start);
-      url.searchParams.set("end", citation.sentence_end);
-    }
-    const anchor = /^(page|slide|sheet|section)-\d+$/.test(citation.anchor || "") ? citation.anchor : "";
-    url.hash = anchor || `chunk-${Number(citation.chunk_id)}`;
-    return url.href;
-  }
-
-  function documentLink(citation, text) {
-    const href = chunkHref(citation);
-    if (!href) return element("span", "citation-doc", text);
-    const link = element("a", "citation-doc", text);
-    link.href = href;
-    link.target = "_blank";
-    link.rel = "noopener";
-    link.title = "Open the passage in its document";
-    return link;
-  }
-
-  const where = (citation) => [citation.section, citation.location].filter(Boolean).join(" · ");
-  const KIND_ORDER = { source: 0, entity: 1, relation: 2 };
-  const byKind = (a, b) => (KIND_ORDER[a.kind] ?? 3) - (KIND_ORDER[b.kind] ?? 3);
-
-  function citedItem(citation) {
-    const item = element("li", `cited-item kind-${String(citation.kind || "").toLowerCase()}`);
-    item.id = `cite-${citation.id}`;
-    item.dataset.cite = citation.id;
-    const head = element("div", "cited-head");
-    head.append(element("span", "citation-id", citation.id));
-    if (citation.kind === "source") {
-      head.append(documentLink(citation, citation.document_title || "document"));
-    } else {
-      head.append(element("span", "citation-label", citation.label || citation.id));
-      if (citation.document_title) head.append(documentLink(citation, citation.document_title));
-    }
-    if (where(citation)) head.append(element("span", "citation-where", where(citation)));
-    item.append(head);
-    const sentence = citation.sentence || citation.excerpt || "";
-    if (sentence) item.append(element("blockquote", citation.sentence ? "citation-sentence" : "citation-excerpt", sentence));
-    return item;
-  }
-
-  function retrievedRow(citation) {
-    const row = element("tr", `kind-${String(citation.kind || "").toLowerCase()}`);
-    row.id = `cite-${citation.id}`;
-    row.dataset.cite = citation.id;
-    const documentCell = element("td", "citation-document");
-    documentCell.append(documentLink(citation, citation.document_title || ""));
-    if (where(citation)) documentCell.append(element("span", "citation-where", where(citation)));
-    const excerpt = element("td", "citation-excerpt");
-    if (citation.kind !== "source" && citation.label) excerpt.append(element("strong", "", `${citation.label}: `));
-    excerpt.append(element("span", "excerpt", citation.excerpt || ""));
-    excerpt.title = citation.excerpt || "";
-    row.append(element("td", "citation-id", citation.id), documentCell, excerpt);
-    return row;
-  }
-
-  function renderCitations(sources, cited) {
-    const citations = sources.citations || [];
-    const byId = new Map(citations.map((citation) => [citation.id, citation]));
-    const citedRows = cited
-      .filter((id) => byId.has(id))
-      .map((id) => byId.get(id))
-      .sort(byKind);
-    const citedSet = new Set(citedRows.map((citation) => citation.id));
-    const rest = citations.filter((citation) => !citedSet.has(citation.id)).sort(byKind);
-    $("cited").replaceChildren(...citedRows.map(citedItem));
-    citationsBody.replaceChildren(...rest.map(retrievedRow));
-    $("retrieved-count").textContent = String(rest.length);
-    const retrieved = $("retrieved");
-    retrieved.hidden = rest.length === 0;
-    // Nothing cited (yet): what was retrieved is all there is to show.
-    retrieved.open = citedRows.length === 0;
-    $("citations-empty").hidden = citations.length > 0;
-  }
-
-  const citationsScroll = $("citations-scroll");
-  citationsScroll.addEventListener("click", (event) => {
-    const row = event.target.closest("tr, li");
+  // A row of the panel opens its passage wherever it is clicked, and lights up its part of the graph.
+  const sourcesPanel = document.querySelector(".chat-side");
+  sourcesPanel.addEventListener("click", (event) => {
+    const row = event.target.closest("#citations-scroll tr, #citations-scroll li");
     const link = row && row.querySelector("a[href]");
     if (link && !event.target.closest("a")) link.click();
   });
-  citationsScroll.addEventListener("mouseover", (event) => {
-    const row = event.target.closest("[data-cite]");
+  sourcesPanel.addEventListener("mouseover", (event) => {
+    const row = event.target.closest("#citations-scroll [data-cite]");
     if (row) highlightCitation(row.dataset.cite);
   });
-  citationsScroll.addEventListener("mouseleave", () => highlightCitation(null));
+  sourcesPanel.addEventListener("mouseout", (event) => {
+    if (event.target.closest("#citations-scroll") && !event.relatedTarget?.closest("#citations-scroll")) {
+      highlightCitation(null);
+    }
+  });
   messages.addEventListener("mouseover", (event) => {
     const marker = event.target.closest("a.cite, .answer-sources li[data-cite]");
     if (marker && marker.closest(".message-assistant") === activeArticle) highlightCitation(marker.dataset.cite);
@@ -702,11 +433,12 @@
     return order;
   }
 
-  function renderGraph(subgraph, citations, cited, { keepIfSame = false } = {}) {
-    const key = JSON.stringify([(subgraph.nodes || []).length, (subgraph.edges || []).length, cited]);
-    const sameAnswer = keepIfSame && drawn.subgraph === subgraph;
-    if (sameAnswer && drawn.key === key) return;
-    drawn = { subgraph, cited, showAll: sameAnswer ? drawn.showAll : false, key };
+  // The same subgraph again (its answer finished, now citing rows) keeps "Show all" as it was.
+  function renderGraph(subgraph, citations, cited) {
+    const nodes = JSON.stringify((subgraph.nodes || []).map((node) => node.id));
+    const key = JSON.stringify([nodes, (subgraph.edges || []).length, cited]);
+    if (drawn.key === key) return;
+    drawn = { subgraph, cited, showAll: drawn.nodes === nodes ? drawn.showAll : false, key, nodes };
     citationById = new Map(citations.map((citation) => [citation.id, citation]));
     drawSubgraph();
   }
@@ -855,7 +587,7 @@
   function linkRows(node, className) {
     const ids = citationsOf(node);
     let first = null;
-    for (const row of citationsScroll.querySelectorAll("[data-cite]")) {
+    for (const row of $("citations-scroll").querySelectorAll("[data-cite]")) {
       const hit = ids.has(row.dataset.cite);
       row.classList.toggle(className, hit);
       if (hit && !first) first = row;
@@ -864,7 +596,7 @@
   }
 
   function clearRows(className) {
-    for (const row of citationsScroll.querySelectorAll(`.${className}`)) row.classList.remove(className);
+    for (const row of $("citations-scroll").querySelectorAll(`.${className}`)) row.classList.remove(className);
   }
 
   function pickNode(node) {
@@ -919,9 +651,6 @@
 
   // The browser test (and anyone debugging in the console) reads the graph through this.
   window.chatGraph = () => cy;
-  explainMode();
-  const lastAnswer = latestAnswer();
-  if (lastAnswer && answers.has(lastAnswer.dataset.answer)) showSources(answers.get(lastAnswer.dataset.answer), lastAnswer);
+  showSwappedSources();
   messages.scrollTop = messages.scrollHeight;
-  connect();
 })();

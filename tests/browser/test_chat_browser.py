@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from knowledge.models import Role
 from knowledge.services.ingestion import document_create, document_ingest
-from tests.browser.conftest import ARTIFACTS, console_errors, log_in
+from tests.browser.conftest import ARTIFACTS, axe_violations, console_errors, log_in
 from tests.chat.conftest import ChatScript
 from tests.factories import make_user, make_workspace
 
@@ -101,12 +101,16 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
 
     _ask(page, "Who wrote the first algorithm for the Analytical Engine?")
 
-    # Tokens arrive while the answer is still streaming, already rendered as markdown.
-    page.wait_for_selector(".answer-body.streaming strong", timeout=30_000)
+    # Tokens arrive while the answer is still streaming, as text; the server's rendering replaces it.
+    page.wait_for_function(
+        "() => (document.querySelector('.answer-body.streaming') || {}).textContent?.includes('**first')",
+        timeout=30_000,
+    )
     partial = page.inner_text(".message-assistant .answer-body")
     _wait_done(page)
     final = page.inner_text(".message-assistant .answer-body")
-    assert 0 < len(partial) < len(final)
+    assert "**first published algorithm**" in partial
+    assert page.locator(".message-assistant .answer-body strong").inner_text() == "first published algorithm"
     assert "first published algorithm" in final
     assert "<img src=x onerror=alert(1)>" in final
     assert page.locator(".message-assistant .answer-body img, .message-assistant .answer-body script").count() == 0
@@ -179,7 +183,7 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
     def saved(change):
         with page.expect_response(lambda response: "/chat/preferences/" in response.url) as response:
             change()
-        assert response.value.status == 204
+        assert response.value.status == 200
 
     saved(lambda: page.select_option("#ask-response-type", "Bullet Points"))
     # A number is committed (and saved) when the field loses focus, as a reader tabs on.
@@ -212,8 +216,12 @@ def test_it_remembers_settings_and_copies_and_regenerates_answers(streaming_mode
     page.wait_for_function("() => document.getElementById('chat-status').textContent.includes('copied')")
     assert page.evaluate("navigator.clipboard.readText()") == ANSWER
 
+    conversation_url = page.url
     page.click(".message-assistant .regenerate")
     _wait_done(page, answers=2)
+    # Asked again in the same conversation, as a new turn.
+    assert page.url == conversation_url
+    assert conversation_url.endswith(f"/c/{page.input_value('#ask-conversation')}/")
     assert page.locator(".message-assistant").count() == 2
     assert page.locator(".message-user").nth(1).inner_text() == page.locator(".message-user").first.inner_text()
     assert errors == []
@@ -257,3 +265,18 @@ def test_it_offers_bypass_only_with_a_chat_model(reader, daphne_server, browser_
     assert bypass.is_disabled()
     assert "needs a chat model" in bypass.inner_text()
     expect(page.locator("#mode-explanation")).to_contain_text("Bypass is off: Needs a chat model")
+
+    # Only the settings that change something: extractive answers take no form, naive reads no graph;
+    # the extractive notice is said once, above the conversation.
+    expect(page.locator("#extractive-notice")).to_be_visible()
+    assert page.locator("#ask-response-type").count() == 0
+    expect(page.locator("#ask-top-k")).to_be_visible()
+    page.select_option("#ask-mode", "naive")
+    expect(page.locator("#ask-top-k")).to_have_count(0)
+    expect(page.locator("#unused-settings")).to_contain_text("Naive reads no graph")
+    expect(page.locator("#chat-status")).to_have_text("Settings saved; they apply to your next questions.")
+    _ask(page, "Who wrote the first algorithm for the Analytical Engine?")
+    _wait_done(page)
+    assert page.locator(".message-assistant .badge-warn").count() == 0
+    assert "Extractive answer:" not in page.inner_text("#extractive-notice")
+    assert axe_violations(page, "chat-extractive") == []

@@ -1,5 +1,7 @@
 """Talking to the chat websocket from tests, as the browser does (session cookie, origin, host)."""
 
+import json
+
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
@@ -39,3 +41,22 @@ async def events_until(communicator, *types: str) -> list[dict]:
 async def ask(communicator, question="Who wrote the first algorithm for the Analytical Engine?", **extra) -> list[dict]:
     await communicator.send_json_to({"type": "ask", "question": question, **extra})
     return await events_until(communicator, "done", "error")
+
+
+PAGE_HEADERS = {"HX-Request": "true", "HX-Trigger": "ask-form", "HX-Current-URL": "http://localhost/"}
+
+
+async def ask_as_page(
+    communicator, question="Who wrote the first algorithm for the Analytical Engine?", **fields
+) -> list[dict | str]:
+    """Ask as the chat page's form does through htmx's websocket extension (every value a string,
+    its HEADERS added); every frame up to the `done` or `error` event: events decoded, partials as
+    the HTML they are."""
+    await communicator.send_json_to({"type": "ask", "question": question, **fields, "HEADERS": PAGE_HEADERS})
+    frames = []
+    while True:
+        text = (await communicator.receive_output(timeout=TIMEOUT))["text"]
+        frame = json.loads(text) if text.startswith("{") else text
+        frames.append(frame)
+        if isinstance(frame, dict) and frame["type"] in {"done", "error"}:
+            return frames

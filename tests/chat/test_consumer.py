@@ -7,12 +7,13 @@ from channels.db import database_sync_to_async
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
+from chat import consumers
 from chat.models import Conversation, Message
 from knowledge.models import Membership, Role
 from knowledge.rag import llm
 from knowledge.services import asking
 from tests.chat.conftest import ANSWER, HANDBOOK
-from tests.chat.sockets import TIMEOUT, ask, events_until, open_socket
+from tests.chat.sockets import TIMEOUT, ask, ask_as_page, events_until, open_socket
 from tests.factories import make_document, make_user, make_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -459,4 +460,79 @@ async def test_it_refuses_questions_past_the_limit_with_an_error_saying_when_to_
     assert error["retry_after"] == 3590
     # The socket stays open, and the refused question was not saved.
     assert [message.role for message in await saved_messages()] == ["user", "assistant"]
+    await communicator.disconnect()
+
+
+async def test_a_turn_cites_and_renders_its_answer_once(handbook_workspace, viewer, chat_model, monkeypatch):
+    from chat import rendering, services
+
+    calls = []
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(asking, "answer_citations", counting("cite", asking.answer_citations))
+    monkeypatch.setattr(rendering, "render_answer", counting("render", rendering.render_answer))
+    for module in (services, consumers):
+        for name, label in (("answer_citations", "cite"), ("render_answer", "render")):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, counting(label, getattr(module, name)))
+    communicator = await open_socket(viewer)
+
+    frames = await ask_as_page(communicator)
+
+    done = frames[-1]
+    assert sorted(calls) == ["cite", "render"]
+    assert 'data-cite="S1"' in done["html"]
+    assert any(done["html"] in frame for frame in frames if isinstance(frame, str))
+    assert done["citations"][0]["sentence"]
+    await communicator.disconnect()
+
+
+async def test_it_sends_the_page_its_partials_between_the_events(handbook_workspace, viewer, chat_model):
+    communicator = await open_socket(viewer)
+
+    frames = await ask_as_page(communicator, mode="local", top_k="7", chunk_top_k="3", conversation="")
+
+    kinds = [frame["type"] if isinstance(frame, dict) else "html" for frame in frames]
+    assert kinds[:3] == ["html", "html", "retrieval"]
+    assert kinds[-3:] == ["html", "html", "done"]
+    turn, retrieved, answer, sources = frames[0], frames[1], frames[-3], frames[-2]
+    conversation = frames[-1]["conversation"]
+    # The question and its open answer, the form pointed at the new conversation, its title shown.
+    assert 'hx-swap-oob="beforeend:#messages"' in turn
+    assert "Who wrote the first algorithm for the Analytical Engine?</div>" in turn
+    assert 'id="answer-live"' in turn
+    assert f'id="ask-conversation" name="conversation" value="{conversation}"' in turn
+    assert 'id="conversation-header"' in turn
+    # Everything retrieved, nothing cited yet; then the answer as a reload shows it, and what it cites.
+    assert 'id="sources" ' in retrieved
+    assert 'id="cite-S1"' in retrieved
+    assert 'hx-swap-oob="outerHTML:#answer-live"' in answer
+    assert "<strong>first published algorithm</strong>" in answer
+    assert f'hx-get="/workspaces/acme/chat/answers/{frames[-1]["message"]}/feedback/"' in answer
+    assert '<li class="cited-item kind-source" id="cite-S1"' in sources
+    [question, saved] = await saved_messages()
+    assert (saved.mode, question.content) == ("local", "Who wrote the first algorithm for the Analytical Engine?")
+    retrieval = frames[2]
+    assert len([c for c in retrieval["citations"] if c["kind"] == "entity"]) <= 7
+
+    follow_up = await ask_as_page(communicator, question="And its mill?", conversation=str(conversation))
+
+    assert 'id="conversation-header"' not in follow_up[0]
+    assert follow_up[-1]["conversation"] == conversation
+    await communicator.disconnect()
+
+
+async def test_it_explains_a_bad_setting_from_the_page_and_saves_nothing(handbook_workspace, viewer, chat_model):
+    communicator = await open_socket(viewer)
+
+    frames = await ask_as_page(communicator, top_k="0")
+
+    assert frames == [{"type": "error", "message": "top_k must be between 1 and 200."}]
+    assert await saved_messages() == []
     await communicator.disconnect()

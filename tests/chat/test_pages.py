@@ -4,7 +4,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from chat.models import Conversation, Message
+from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Document, Entity, Role
 from knowledge.services import ingestion
 from tests.chat.conftest import build_handbook
@@ -40,10 +40,11 @@ def conversation_with_answer(workspace, user, *, content="Ada wrote it [S1].", s
     return conversation
 
 
-def page_answers(response) -> list[dict]:
+def page_sources(response) -> dict:
+    """The data of the sources panel's answer, as the graph panel reads it."""
     html = response.content.decode()
-    start = html.index('<script id="chat-answers" type="application/json">') + len(
-        '<script id="chat-answers" type="application/json">'
+    start = html.index('<script id="sources-data" type="application/json">') + len(
+        '<script id="sources-data" type="application/json">'
     )
     return json.loads(html[start : html.index("</script>", start)])
 
@@ -86,7 +87,7 @@ def test_it_labels_answers_extractive_when_no_chat_model_is_configured(client, t
 
     response = client.get(reverse("chat:new", args=["acme"]))
 
-    assert b"Extractive answers" in response.content
+    assert b"<strong>Extractive answers</strong>" in response.content
 
 
 def test_it_reloads_a_conversation_with_every_answer_its_graph_and_citations(client, team):
@@ -99,10 +100,13 @@ def test_it_reloads_a_conversation_with_every_answer_its_graph_and_citations(cli
     html = response.content.decode()
     assert "Who wrote it?" in html
     assert 'Ada wrote it <a href="#cite-S1" class="cite" data-cite="S1"' in html
-    assert "extractive answer" in html
-    [answer] = page_answers(response)
+    assert "<strong>Extractive answers</strong>" in html
+    answer = page_sources(response)
+    assert answer["answer"] == conversation.messages.get(role="assistant").pk
     assert answer["subgraph"]["nodes"][0]["label"] == "Ada Lovelace"
     assert answer["citations"][0]["id"] == "S1"
+    assert answer["cited"] == ["S1"]
+    assert '<li class="cited-item kind-source" id="cite-S1" data-cite="S1">' in html
 
 
 def test_it_renders_markup_in_saved_answers_and_citations_inert(client, team):
@@ -127,7 +131,7 @@ def test_it_renders_markup_in_saved_answers_and_citations_inert(client, team):
     # json_script escapes <, > and &, so an excerpt cannot close the data block.
     assert "alert(2)" in html
     assert "</script><script>alert(2)" not in html
-    assert page_answers(response)[0]["citations"][0]["excerpt"] == "</script><script>alert(2)"
+    assert page_sources(response)["citations"][0]["excerpt"] == "</script><script>alert(2)"
 
 
 def test_it_keeps_private_conversations_private(client, team, owner):
@@ -326,3 +330,76 @@ def test_it_lists_an_answers_cited_sources_with_their_sentence_links(client, tea
     assert "Notes" not in footer  # retrieved, not cited
     assert "/workspaces/acme/documents/7/?chunk=3&amp;start=120&amp;end=180#chunk-3" in footer
     assert "Handbook &gt; Engines · p. 4" in footer
+
+
+def test_it_shows_the_extractive_notice_once_on_the_page_and_not_in_every_answer(client, team, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    client.force_login(viewer)
+
+    html = client.get(reverse("chat:conversation", args=["acme", conversation.pk])).content.decode()
+
+    assert html.count('id="extractive-notice"') == 1
+    assert "extractive answer</span>" not in html
+
+
+def test_it_shows_only_the_settings_that_change_something_in_the_mode(client, team, settings):
+    workspace, viewer, _ = team
+    client.force_login(viewer)
+    url = reverse("chat:preferences", args=["acme"])
+    htmx = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "ask-settings"}
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = "http://127.0.0.1:9/v1", "a-key"
+    client.post(url, {"mode": "mix", "top_k": "12", "response_type": "Bullet Points"})
+
+    with_model = client.get(reverse("chat:new", args=["acme"])).content.decode()
+    naive = client.post(url, {"mode": "naive", "response_type": "Bullet Points", "chunk_top_k": "5"}, **htmx)
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    extractive = client.get(reverse("chat:new", args=["acme"])).content.decode()
+
+    assert 'id="ask-response-type"' in with_model
+    assert 'id="ask-top-k"' in with_model
+    assert naive.status_code == 200
+    partial = naive.content.decode()
+    assert partial.startswith("<fieldset") or partial.lstrip().startswith("<fieldset")
+    assert 'id="ask-top-k"' not in partial
+    assert "Graph rows: Naive reads no graph." in partial
+    assert 'id="ask-chunk-top-k"' in partial
+    assert "Settings saved" in partial
+    assert "HX-Reswap" not in naive.headers  # a new mode: the settings are redrawn
+    same_mode = client.post(url, {"mode": "naive", "chunk_top_k": "5"}, **htmx)
+    assert same_mode.headers["HX-Reswap"] == "none"  # only the status line changes
+    assert 'id="ask-response-type"' not in extractive
+    assert "Answer as: only a chat model writes in a form" in extractive
+    # A setting left off the page keeps its saved value for the modes that use it.
+    preferences = ChatPreferences.objects.get(user=viewer)
+    assert (preferences.mode, preferences.top_k, preferences.chunk_top_k) == ("naive", 12, 5)
+
+
+def test_it_redraws_the_settings_with_the_reason_when_a_change_is_refused(client, team, settings):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    workspace, viewer, _ = team
+    client.force_login(viewer)
+
+    response = client.post(reverse("chat:preferences", args=["acme"]), {"mode": "bypass"}, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200
+    assert "Needs a chat model" in response.content.decode()
+    assert 'role="alert"' in response.content.decode()
+    assert not ChatPreferences.objects.filter(user=viewer).exists()
+
+
+def test_it_shows_the_sources_of_an_answer_the_reader_may_read(client, team, owner):
+    workspace, viewer, outsider = team
+    mine = conversation_with_answer(workspace, viewer).messages.get(role="assistant")
+    private = conversation_with_answer(workspace, owner).messages.get(role="assistant")
+    client.force_login(viewer)
+
+    response = client.get(reverse("chat:sources", args=["acme", mine.pk]))
+
+    assert response.status_code == 200
+    assert response.content.decode().lstrip().startswith('<section id="sources"')
+    assert page_sources(response)["answer"] == mine.pk
+    assert client.get(reverse("chat:sources", args=["acme", private.pk])).status_code == 404
+    client.force_login(outsider)
+    assert client.get(reverse("chat:sources", args=["acme", mine.pk])).status_code == 404

@@ -6,6 +6,8 @@ document as delimited data, and nothing the injection asked for may survive rend
 in the streamed answer's HTML nor in the saved message as a reload shows it.
 """
 
+import re
+
 import pytest
 from channels.db import database_sync_to_async
 from django.db import connections
@@ -13,7 +15,7 @@ from django.db import connections
 from chat.models import Message
 from knowledge.models import Role
 from tests.chat.conftest import build_handbook
-from tests.chat.sockets import ask, open_socket
+from tests.chat.sockets import ask, ask_as_page, open_socket
 from tests.factories import make_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,11 +58,18 @@ async def test_nothing_an_injected_document_asks_for_survives_rendering(poisoned
     chat_model.script.answer = OBEYED
     communicator = await open_socket(viewer)
 
-    events = await ask(communicator, question="Who wrote the first algorithm?", mode="naive")
+    frames = await ask_as_page(communicator, question="Who wrote the first algorithm?", mode="naive")
 
-    done = events[-1]
+    done = frames[-1]
     assert done["type"] == "done"
-    for html in (done["html"], done["message_html"]):
+    [message_html] = [frame for frame in frames if isinstance(frame, str) and "outerHTML:#answer-live" in frame]
+    sources_html = [frame for frame in frames if isinstance(frame, str) and 'id="sources"' in frame][-1]
+    assert "<img" not in sources_html
+    # The answer's Markdown rides along for Copy, escaped, in an inert <template>: text, never markup.
+    markdown = re.search(r'<template class="answer-markdown">(.*?)</template>', message_html, re.DOTALL)
+    assert "<" not in markdown.group(1)
+    message_html = message_html.replace(markdown.group(0), "")
+    for html in (done["html"], message_html):
         _assert_harmless(html)
         # What the answer legitimately cites is still linked.
         assert 'data-cite="S1"' in html

@@ -188,6 +188,7 @@ CASES: dict[str, list[Case]] = {
     "chat:share": [Case(args=("slug", "conversation"), method="post", data={"shared": "on"})],
     "chat:delete": [Case(args=("slug", "conversation"), method="post")],
     "chat:neighbours": [Case(data_from={"entity": "entity"})],
+    "chat:sources": [Case(args=("slug", "answer_message"))],
     "chat:feedback": [
         Case(args=("slug", "answer_message")),
         Case(args=("slug", "answer_message"), method="post", data={"rating": "down", "comment": "Missed it."}),
