@@ -95,10 +95,11 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
                     stale = []
                 fresh = [pk for pk in ids if pk not in stale]
                 job.write(plan, fresh, result)
-        except OperationalError as err:
+        except (OperationalError, DeadlockDetected) as err:
             # Deleting orphans writes degree rows that a concurrent deletion may hold; Postgres
-            # breaks the cycle by failing one side, which computes again.
-            if last or not isinstance(err.__cause__, DeadlockDetected):
+            # breaks the cycle by failing one side, which computes again. Vector writes go through
+            # psycopg's own cursor, whose errors Django does not wrap.
+            if last or not isinstance(err if isinstance(err, DeadlockDetected) else err.__cause__, DeadlockDetected):
                 raise
             continue
         if not stale:

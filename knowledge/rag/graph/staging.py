@@ -66,7 +66,7 @@ def lock_staged(*, workspace_id: int, entity_ids: list[int], relation_ids: list[
     with connection.cursor() as cursor:
         for table, ids in (("knowledge_entity", entity_ids), ("knowledge_relation", relation_ids)):
             cursor.execute(
-                f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE",  # noqa: S608 - fixed names
+                f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE",  # noqa: S608 - fixed names
                 [sorted(ids)],
             )
 

@@ -61,7 +61,9 @@ def update_rows(model, updates: dict[int, dict]) -> None:
         f"FROM unnest({', '.join(arrays)}) AS v(id, {', '.join(names)}) WHERE t.id = v.id"
     )
     items = sorted(updates.items())
-    lock = f"SELECT id FROM {model._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"  # noqa: S608
+    # NO KEY UPDATE: what the UPDATE itself takes, so inserts that only reference these rows (the
+    # key-share locks of provenance and synonym links) never wait on it, nor it on them.
+    lock = f"SELECT id FROM {model._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE"  # noqa: S608
     with _vector_cursor() as cursor:
         for start in range(0, len(items), 1000):
             page = items[start : start + 1000]
@@ -136,7 +138,7 @@ def publish_vectors(*, document_id: int) -> dict[str, int]:
         for table in ("entity", "relation"):
             cursor.execute(
                 f"SELECT t.id FROM knowledge_{table} t JOIN knowledge_pendingvector p "  # noqa: S608 - fixed names
-                "ON p.row_id = t.id AND p.kind = %s AND p.document_id = %s ORDER BY t.id FOR UPDATE OF t",
+                "ON p.row_id = t.id AND p.kind = %s AND p.document_id = %s ORDER BY t.id FOR NO KEY UPDATE OF t",
                 [table, document_id],
             )
         cursor.execute(
