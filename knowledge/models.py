@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -53,6 +54,8 @@ class Workspace(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     entity_count = models.PositiveIntegerField(default=0)
     relation_count = models.PositiveIntegerField(default=0)
+    # Disabled current documents: while there are none, unscoped retrieval adds no filter at all.
+    disabled_documents = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -80,6 +83,12 @@ class Membership(models.Model):
     @property
     def rank(self) -> int:
         return ROLE_RANK[self.role]
+
+
+class DocumentQuerySet(models.QuerySet):
+    def current(self):
+        """Documents as the workspace lists them: no older versions."""
+        return self.filter(superseded_by__isnull=True)
 
 
 class Document(models.Model):
@@ -147,14 +156,31 @@ class Document(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     # sha256 of the uploaded bytes: the same file twice is refused at upload, before parsing.
     file_hash = models.CharField(max_length=64, blank=True)
+    # Versions (knowledge.services.ingestion.versions): a new version is a document of its own that
+    # `replaces` the current one and takes its place when it is published; from then on the old
+    # one points at the current version (`superseded_by`), keeps its text and chunks for the
+    # history and the citations made from it, and serves nothing.
+    version = models.PositiveIntegerField(default=1)
+    replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="older_versions"
+    )
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    # Scopes: a disabled document stays but is not retrieved; tags name the groups a question
+    # can be scoped to (knowledge.rag.retrieval.scope).
+    enabled = models.BooleanField(default=True)
+    tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+
+    objects = DocumentQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            # The text's hash is known once the worker has parsed the file.
+            # The text's hash is known once the worker has parsed the file. Older versions may
+            # share a text with the current one (a change undone).
             models.UniqueConstraint(
                 fields=["workspace", "content_hash"],
-                condition=~Q(content_hash=""),
+                condition=~Q(content_hash="") & Q(superseded_by__isnull=True),
                 name="document_unique_content_per_workspace",
             )
         ]
@@ -165,6 +191,7 @@ class Document(models.Model):
                 name="document_claimable",
             ),
             models.Index(fields=["workspace", "file_hash"], name="document_file_hash"),
+            GinIndex(fields=["tags"], name="document_tags"),
         ]
 
     def __str__(self) -> str:

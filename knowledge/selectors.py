@@ -74,7 +74,7 @@ def entities_browse(
 def documents_browse(*, workspace: Workspace, status: str = "", query: str = "") -> QuerySet[Document]:
     """The workspace's documents for the document list, newest first, optionally of one status
     and with a title or file name containing `query`."""
-    documents = workspace.documents.defer("text")
+    documents = workspace.documents.current().defer("text")
     if status:
         documents = documents.filter(status=status)
     if query:
@@ -83,7 +83,7 @@ def documents_browse(*, workspace: Workspace, status: str = "", query: str = "")
 
 
 def document_status_counts(*, workspace: Workspace) -> dict[str, int]:
-    return dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+    return dict(workspace.documents.current().order_by().values_list("status").annotate(n=Count("*")))
 
 
 def entity_type_counts(*, workspace: Workspace) -> list[tuple[str, int]]:

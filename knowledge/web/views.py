@@ -91,14 +91,14 @@ def workspace_new(request):
 @require_GET
 def workspace(request, slug):
     workspace = _workspace(request, slug)
-    statuses = dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+    statuses = dict(workspace.documents.current().order_by().values_list("status").annotate(n=Count("*")))
     context = _context(
         workspace,
         statuses=[(label, statuses.get(value, 0)) for value, label in Document.Status.choices],
         document_total=sum(statuses.values()),
         engine=llm.engine_description(),
         member_count=workspace.memberships.count(),
-        recent_documents=workspace.documents.defer("text")[:5],
+        recent_documents=workspace.documents.current().defer("text")[:5],
     )
     return render(request, "knowledge/workspace.html", context)
 

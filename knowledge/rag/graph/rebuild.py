@@ -38,9 +38,14 @@ def _batches(ids: Iterable[int]) -> list[list[int]]:
     return [ordered[i : i + REBUILD_BATCH] for i in range(0, len(ordered), REBUILD_BATCH)]
 
 
-def _fingerprints(model, field: str, ids: list[int]) -> dict[int, tuple]:
+def _sources(model, field: str, ids: list[int], without_document: int | None):
+    rows = model.objects.filter(**{f"{field}__in": ids})
+    return rows if without_document is None else rows.exclude(chunk__document_id=without_document)
+
+
+def _fingerprints(model, field: str, ids: list[int], without_document: int | None = None) -> dict[int, tuple]:
     rows = (
-        model.objects.filter(**{f"{field}__in": ids})
+        _sources(model, field, ids, without_document)
         .values(field)
         .annotate(n=Count("id"), low=Min("id"), high=Max("id"))
         .values_list(field, "n", "low", "high")
@@ -49,27 +54,36 @@ def _fingerprints(model, field: str, ids: list[int]) -> dict[int, tuple]:
 
 
 def rebuild_entities(
-    *, entity_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
+    *,
+    entity_ids: Iterable[int],
+    usage: llm.Usage | None = None,
+    fallback: bool = False,
+    without_document: int | None = None,
 ) -> RebuildResult:
     """Recompute type (majority vote), display name and description of each entity from its provenance.
 
     Entities left without provenance are deleted (their relations with them). A published entity
     whose display name changed is embedded again. `fallback` keeps budgeted fragments when a
-    summary call fails instead of raising.
+    summary call fails instead of raising. `without_document` leaves that document's provenance
+    out (a version about to be retired): rows only it supports are left as they are.
     """
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(entity_ids):
-        _rebuild_batch(_EntityRebuild(batch, usage, fallback), result)
+        _rebuild_batch(_EntityRebuild(batch, usage, fallback, without_document), result)
     return result
 
 
 def rebuild_relations(
-    *, relation_ids: Iterable[int], usage: llm.Usage | None = None, fallback: bool = False
+    *,
+    relation_ids: Iterable[int],
+    usage: llm.Usage | None = None,
+    fallback: bool = False,
+    without_document: int | None = None,
 ) -> RebuildResult:
     """Recompute weight (sum of strengths), keywords (union) and description of each relation."""
     result, usage = RebuildResult(), usage if usage is not None else llm.Usage()
     for batch in _batches(relation_ids):
-        _rebuild_batch(_RelationRebuild(batch, usage, fallback), result)
+        _rebuild_batch(_RelationRebuild(batch, usage, fallback, without_document), result)
     return result
 
 
@@ -83,7 +97,7 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
         try:
             with transaction.atomic():
                 job.lock(plan)
-                current = _fingerprints(job.source_model, job.source_field, ids)
+                current = _fingerprints(job.source_model, job.source_field, ids, job.without_document)
                 stale = [pk for pk in ids if current.get(pk) != plan.fingerprints.get(pk)]
                 if stale and last:
                     # Still racing after several tries: compute once more while holding the locks.
@@ -130,8 +144,8 @@ class _Plan:
 class _EntityRebuild:
     source_model, source_field = EntitySource, "entity_id"
 
-    def __init__(self, ids, usage, fallback):
-        self.ids, self.usage, self.fallback = ids, usage, fallback
+    def __init__(self, ids, usage, fallback, without_document):
+        self.ids, self.usage, self.fallback, self.without_document = ids, usage, fallback, without_document
 
     def plan(self, ids: list[int]) -> _Plan:
         rows = {
@@ -144,7 +158,7 @@ class _EntityRebuild:
         spellings: dict[int, Counter] = {}
         descriptions: dict[int, list[tuple[int, str]]] = {}
         for source_id, entity_id, name, kind, description in (
-            EntitySource.objects.filter(entity_id__in=ids)
+            _sources(EntitySource, "entity_id", ids, self.without_document)
             .order_by("id")
             .values_list("id", "entity_id", "name", "type", "description")
         ):
@@ -152,7 +166,7 @@ class _EntityRebuild:
                 types.setdefault(entity_id, Counter())[kind] += 1
             spellings.setdefault(entity_id, Counter())[name] += 1
             descriptions.setdefault(entity_id, []).append((source_id, description))
-        fingerprints = _fingerprints(EntitySource, "entity_id", ids)
+        fingerprints = _fingerprints(EntitySource, "entity_id", ids, self.without_document)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         # The display name stays while some source still spells it so (a curated survivor keeps its
         # name); otherwise the most common spelling among the remaining sources takes over.
@@ -205,8 +219,8 @@ class _EntityRebuild:
 class _RelationRebuild:
     source_model, source_field = RelationSource, "relation_id"
 
-    def __init__(self, ids, usage, fallback):
-        self.ids, self.usage, self.fallback = ids, usage, fallback
+    def __init__(self, ids, usage, fallback, without_document):
+        self.ids, self.usage, self.fallback, self.without_document = ids, usage, fallback, without_document
 
     def plan(self, ids: list[int]) -> _Plan:
         rows = {
@@ -226,14 +240,14 @@ class _RelationRebuild:
         keywords: dict[int, list[str]] = {}
         descriptions: dict[int, list[tuple[int, str]]] = {}
         for source_id, relation_id, strength, words, description in (
-            RelationSource.objects.filter(relation_id__in=ids)
+            _sources(RelationSource, "relation_id", ids, self.without_document)
             .order_by("id")
             .values_list("id", "relation_id", "strength", "keywords", "description")
         ):
             weights[relation_id] = weights.get(relation_id, 0.0) + strength
             keywords.setdefault(relation_id, []).append(words)
             descriptions.setdefault(relation_id, []).append((source_id, description))
-        fingerprints = _fingerprints(RelationSource, "relation_id", ids)
+        fingerprints = _fingerprints(RelationSource, "relation_id", ids, self.without_document)
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         merged = describe(
             "relationship",
