@@ -14,6 +14,7 @@ from pgvector.django import CosineDistance
 
 from knowledge.models import Chunk, Entity, Relation, Workspace
 from knowledge.rag.language import CJK_CHARACTERS
+from knowledge.rag.retrieval.scope import Scope, chunk_clause, hidden_clause, relations_in_scope, row_clause
 
 
 def degree_of(entity: str = "") -> Coalesce:
@@ -121,7 +122,7 @@ WITH vector_hits AS MATERIALIZED (
     FROM (
         SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
         FROM knowledge_chunk x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
         ORDER BY {order}
         LIMIT %(k)s
     ) nearest
@@ -133,7 +134,7 @@ WITH vector_hits AS MATERIALIZED (
         FROM (
             SELECT x.id, x.search FROM knowledge_chunk x
             -- As on the vector side, a chunk without its vector is not served (not published yet).
-            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
               AND x.search @@ to_tsquery('english', cjk_bigrams(%(terms)s))
             LIMIT %(candidates)s
         ) m, (SELECT to_tsquery('english', cjk_bigrams(%(terms)s)) AS query) q
@@ -169,13 +170,15 @@ def chunks_nearest(
     k: int,
     min_similarity: float | None = None,
     text: str = "",
+    scope: Scope | None = None,
 ) -> list[Chunk]:
     """The k best chunks of the workspace for a question, in one query: the chunks nearest to
     `vector` by cosine and the chunks that best match the identifiers `text` names (Postgres
     full-text search, see identifier_terms), fused by reciprocal rank; on equal scores the words'
     ranking goes first (an exact word is the sharper signal). Each has `document_title`, `score`,
     `distance` (None when only the words found it) and `lexical_rank` (None when only the vector
-    found it)."""
+    found it). Only chunks of documents in `scope` (scope.py)."""
+    clause, scope_params = chunk_clause("x.document_id", workspace, scope)
     params = {
         "workspace_id": workspace.pk,
         "vector": _vector_literal(vector),
@@ -184,8 +187,9 @@ def chunks_nearest(
         "terms": identifier_terms(text),
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
+        **scope_params,
     }
-    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count))
+    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count), scope=clause)
     return list(Chunk.objects.raw(sql, params))
 
 
@@ -195,7 +199,7 @@ WITH vector_hits AS MATERIALIZED (
     FROM (
         SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
         ORDER BY {order}
         LIMIT %(k)s
     ) nearest
@@ -203,12 +207,12 @@ WITH vector_hits AS MATERIALIZED (
 ), named AS MATERIALIZED (
     SELECT x.id, x.key = ANY(%(keys)s) AS exact, length(x.name) AS name_length
     FROM knowledge_entity x
-    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published
+    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published{scope}
     UNION
     SELECT * FROM (
         SELECT x.id, x.key = ANY(%(keys)s), length(x.name)
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.published
+        WHERE x.workspace_id = %(workspace_id)s AND x.published{scope}
           AND x.search @@ to_tsquery('simple', cjk_bigrams(%(names)s))
         LIMIT %(candidates)s
     ) partial
@@ -248,13 +252,16 @@ def entities_nearest(
     k: int,
     min_similarity: float | None = None,
     names: Sequence[str] = (),
+    scope: Scope | None = None,
 ) -> list[Entity]:
     """The k best entities of the workspace, in one query: those nearest to `vector` by cosine
     and those named by `names` (the low-level keywords), fused by reciprocal rank. An entity whose
     key equals a name comes first; one whose name holds all the words of a name comes next in the
-    name ranking, shortest name first. Each has `.distance`, `.degree` and `.exact`."""
+    name ranking, shortest name first. Each has `.distance`, `.degree` and `.exact`. Only entities
+    a chunk of a document in `scope` supports."""
     from knowledge.rag.names import entity_key
 
+    clause, scope_params = row_clause("entity", "x.id", workspace, scope)
     phrases = [" <-> ".join(f"'{word}'" for word in search_terms(name).replace("'", "").split(" | ")) for name in names]
     params = {
         "workspace_id": workspace.pk,
@@ -265,8 +272,9 @@ def entities_nearest(
         "names": " | ".join(f"({phrase})" for phrase in phrases if phrase != "''"),
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
+        **scope_params,
     }
-    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count))
+    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count), scope=clause)
     return list(Entity.objects.raw(sql, params))
 
 
@@ -276,11 +284,13 @@ def relations_nearest(
     vector: Sequence[float],
     k: int,
     min_similarity: float | None = None,
+    scope: Scope | None = None,
 ) -> list[Relation]:
     """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
-    type, description) and their degrees as `.source_degree` and `.target_degree`."""
+    type, description) and their degrees as `.source_degree` and `.target_degree`; only those a
+    chunk of a document in `scope` supports."""
     return _nearest(
-        Relation.objects.filter(workspace=workspace)
+        relations_in_scope(Relation.objects.filter(workspace=workspace), workspace, scope)
         .select_related("source", "target")
         .only(
             "pk",
@@ -311,7 +321,7 @@ WITH candidates AS MATERIALIZED (
            coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.target_id), 0) AS target_degree
     FROM knowledge_relation c
     WHERE c.workspace_id = %(workspace_id)s AND c.published
-      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
+      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s)){scope}
 ), ranked AS (
     SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
 )
@@ -344,7 +354,9 @@ _AROUND_COLUMNS = (
 )
 
 
-def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
+def relations_around_entities(
+    *, workspace: Workspace, entity_ids: Iterable[int], limit: int, scope: Scope | None = None
+) -> list[dict]:
     """The relations touching any of the entities, best first by (edge rank, weight), in one query.
 
     Each row is a dict with the relation's fields, both endpoints' name, type and degree
@@ -352,18 +364,21 @@ def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int]
     endpoint that is not one of `entity_ids` (`source_description`, `target_description`; "" for
     those that are).
     """
-    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit}
+    clause, scope_params = row_clause("relation", "c.id", workspace, scope)
+    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit, **scope_params}
     with connection.cursor() as cursor:
-        cursor.execute(_RELATIONS_AROUND_SQL, params)
+        cursor.execute(_RELATIONS_AROUND_SQL.format(scope=clause), params)
         return [dict(zip(_AROUND_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
 
 
-def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
-    """The relations whose two endpoints are both among the entities, heaviest first, in one query:
-    dicts with id, source_id, target_id, weight, keywords and description."""
+def relations_among_entities(
+    *, workspace: Workspace, entity_ids: Iterable[int], limit: int, scope: Scope | None = None
+) -> list[dict]:
+    """The relations in `scope` whose two endpoints are both among the entities, heaviest first, in
+    one query: dicts with id, source_id, target_id, weight, keywords and description."""
     ids = list(entity_ids)
     return list(
-        Relation.objects.published()
+        relations_in_scope(Relation.objects.published(), workspace, scope)
         .filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
         .order_by("-weight", "pk")
         .values("id", "source_id", "target_id", "weight", "keywords", "description")[:limit]
@@ -374,7 +389,7 @@ _CHUNKS_SUPPORTING_SQL = """
 WITH hidden AS (
     -- Chunks of documents not published yet (or failed): nothing is served from them.
     SELECT c.id FROM knowledge_document d JOIN knowledge_chunk c ON c.document_id = d.id
-    WHERE d.workspace_id = %(workspace_id)s AND d.status <> 'processed'
+    WHERE d.workspace_id = %(workspace_id)s AND (d.status <> 'processed'{scope})
 ), entity_rows AS (
     SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), relation_rows AS (
@@ -452,8 +467,10 @@ def chunks_supporting(
     from_relations: bool,
     k: int,
     vector: Sequence[float] | None = None,
+    scope: Scope | None = None,
 ) -> list[dict]:
-    """Source chunks of retrieved entities and relations, in one query.
+    """Source chunks of retrieved entities and relations, in one query; only chunks of documents
+    in `scope`.
 
     A chunk's `support` is how many of the given entities and relations it was extracted for.
     The `k` best chunks reached from the entities (`from_entities`) and/or the relations
@@ -475,7 +492,9 @@ def chunks_supporting(
         "pool": max(k, GRAPH_CHUNK_POOL),
         "vector": None if vector is None else _vector_literal(vector),
     }
-    sql = _CHUNKS_SUPPORTING_SQL.format(pick=_PICK_SUPPORTED if vector is None else _PICK_NEAREST)
+    clause, scope_params = hidden_clause("d.id", workspace, scope)
+    params.update(scope_params)
+    sql = _CHUNKS_SUPPORTING_SQL.format(pick=_PICK_SUPPORTED if vector is None else _PICK_NEAREST, scope=clause)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
