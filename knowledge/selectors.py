@@ -2,7 +2,8 @@
 
 import uuid
 
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
@@ -20,6 +21,39 @@ def workspaces_for_user(user) -> QuerySet[Workspace]:
     if not user.is_authenticated:
         return Workspace.objects.none()
     return Workspace.objects.filter(memberships__user=user).annotate(role=F("memberships__role"))
+
+
+def _tags_of(workspace) -> ArraySubquery:
+    """The tags of a workspace's current documents, sorted: what its questions can be scoped to."""
+    tags = (
+        Document.objects.current()
+        .filter(workspace=workspace)
+        .annotate(tag=Func(F("tags"), function="unnest"))
+        .order_by("tag")
+        .values("tag")
+        .distinct()
+    )
+    return ArraySubquery(tags)
+
+
+def workspaces_with_tags(user) -> QuerySet[Workspace]:
+    """workspaces_for_user, each with `tags`, the tags its questions can be scoped to (one query)."""
+    return workspaces_for_user(user).annotate(tags=_tags_of(OuterRef("pk")))
+
+
+def document_tags(*, workspace: Workspace) -> list[str]:
+    """The tags of the workspace's current documents, sorted."""
+    return (
+        Workspace.objects.filter(pk=workspace.pk)
+        .annotate(tags=_tags_of(OuterRef("pk")))
+        .values_list("tags", flat=True)
+        .get()
+    )
+
+
+def documents_for_picking(*, workspace: Workspace) -> QuerySet[Document]:
+    """The workspace's current documents as a scope picker lists them: id, title, tags, enabled."""
+    return workspace.documents.current().order_by("title", "pk").only("pk", "title", "tags", "enabled")
 
 
 def workspace_for_user(user, slug: str, min_role: str = Role.VIEWER) -> Workspace:

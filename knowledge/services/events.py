@@ -109,6 +109,9 @@ def document_payload(document, *, reference: dict | None = None) -> dict:
         # Sent to every open list of the workspace; only an owner's socket renders it.
         "error_detail": document.error_detail,
         "retryable": document.retryable,
+        "version": document.version,
+        "tags": list(document.tags),
+        "enabled": document.enabled,
     }
 
 

@@ -2,6 +2,7 @@ from django import forms
 
 from knowledge.models import Role, Workspace
 from knowledge.rag.parsing import ACCEPTED_TYPES
+from knowledge.services import scopes
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -34,12 +35,49 @@ class UploadForm(forms.Form):
     )
     title = forms.CharField(max_length=300, required=False, help_text="Title of the pasted text.")
     text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False, label="Or paste text")
+    tags = forms.CharField(
+        max_length=1000,
+        required=False,
+        help_text="Separated by commas; a question can be scoped to them. A new version keeps its document's tags.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
 
     def clean(self):
         cleaned = super().clean()
         if not cleaned.get("files") and not (cleaned.get("text") or "").strip():
             raise forms.ValidationError("Choose at least one file or paste some text.")
         return cleaned
+
+
+class DocumentLabelForm(forms.Form):
+    tags = forms.CharField(max_length=1000, required=False, help_text="Separated by commas.")
+    enabled = forms.BooleanField(
+        required=False,
+        label="Questions read this document",
+        help_text="A disabled document stays but is not retrieved.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
+
+
+class DocumentReplaceForm(forms.Form):
+    file = forms.FileField(
+        label="New version",
+        widget=forms.ClearableFileInput(attrs={"accept": ",".join(ACCEPTED_TYPES)}),
+        help_text=(
+            "Unchanged passages keep what was extracted from them; "
+            "the current version is served until this one is read."
+        ),
+    )
 
 
 class WorkspaceCreateForm(forms.ModelForm):

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, EntitySource, RelationSource, Workspace
+from knowledge.services import events
 from knowledge.services.ingestion.cleanup import _contributions, _lock, _remove_orphans
 from knowledge.services.workspaces import audit_record, workspace_refresh_counts
 
@@ -124,6 +125,8 @@ def retire(*, document: Document) -> None:
     Document.objects.filter(superseded_by_id=old_id).update(superseded_by=document)
     Document.objects.filter(pk=old_id).update(superseded_by=document, superseded_at=now, updated_at=now)
     workspace_refresh_counts(workspace_id=document.workspace_id)
+    # Open document lists show the current version only: the old one's row goes.
+    events.publish_document_deleted(old)
 
 
 def versions_of(*, document: Document) -> list[Document]:

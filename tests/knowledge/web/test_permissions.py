@@ -81,6 +81,12 @@ CASES: dict[str, list[Case]] = {
         Case(args=("slug", "document"), min_role=Role.EDITOR),
         Case(args=("slug", "document"), method="post", min_role=Role.EDITOR),
     ],
+    "knowledge:document_label": [
+        Case(args=("slug", "document"), method="post", min_role=Role.EDITOR, data={"tags": "a", "enabled": "on"})
+    ],
+    "knowledge:document_replace": [Case(args=("slug", "document"), method="post", min_role=Role.EDITOR)],
+    # Refused for the current version with a message (a redirect); an older one goes.
+    "knowledge:document_version_prune": [Case(args=("slug", "document"), method="post", min_role=Role.EDITOR)],
     "knowledge:documents_delete": [
         Case(method="post", min_role=Role.EDITOR, data_from={"documents": "document"}),
     ],
