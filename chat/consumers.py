@@ -157,6 +157,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         question = services.question_record(
             conversation=conversation, workspace=workspace, user=self.user, question=request.question, mode=request.mode
         )
+        scope = request.scope.as_json() if request.scope.narrowed else {}
+        services.conversation_scope_set(conversation=question.conversation, scope=scope)
         return Turn(
             workspace=workspace,
             conversation=question.conversation,

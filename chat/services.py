@@ -94,3 +94,10 @@ def chat_preferences_save(*, user, mode: str, top_k: int, chunk_top_k: int, resp
         defaults={"mode": mode, "top_k": top_k, "chunk_top_k": chunk_top_k, "response_type": response_type},
     )
     return preferences
+
+
+def conversation_scope_set(*, conversation: Conversation, scope: dict) -> None:
+    """Remember the scope the conversation's last question was asked in, for the picker on reload."""
+    if conversation.scope != scope:
+        Conversation.objects.filter(pk=conversation.pk).update(scope=scope)
+        conversation.scope = scope

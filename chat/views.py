@@ -10,7 +10,7 @@ from chat.models import Message
 from chat.rendering import prepare_message
 from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_MODE
-from knowledge.selectors import workspace_for_user
+from knowledge.selectors import document_tags, documents_for_picking, workspace_for_user
 from knowledge.services.answers import FeedbackInvalid, feedback_give
 from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX
 
@@ -67,6 +67,7 @@ def chat_page(request, slug, conversation_id=None):
             "top_k_max": TOP_K_MAX,
             "question_max_chars": QUESTION_MAX_CHARS,
             "extractive": extractive,
+            "scope": _scope_picker(workspace, conversation),
             "blank_answer": Message(role=Message.Role.ASSISTANT, mode=preferences.mode, extractive=extractive),
             "blank_question": Message(role=Message.Role.USER),
             "client_config": {
@@ -81,6 +82,18 @@ def chat_page(request, slug, conversation_id=None):
             },
         },
     )
+
+
+def _scope_picker(workspace, conversation) -> dict:
+    """What the scope picker offers (the workspace's tags and documents) and what the
+    conversation last asked in."""
+    chosen = conversation.scope if conversation else {}
+    return {
+        "tags": document_tags(workspace=workspace),
+        "documents": documents_for_picking(workspace=workspace),
+        "chosen_tags": chosen.get("tags", []),
+        "chosen_documents": chosen.get("documents", []),
+    }
 
 
 @login_required

@@ -207,6 +207,21 @@
   }
   modeSelect.addEventListener("change", explainMode);
 
+  // ---- Scope: the documents a question may read (templates/chat/_scope_picker.html) ----------
+
+  function scopeFilters() {
+    const picked = (name) => [...document.querySelectorAll(`#ask-scope [name="${name}"]:checked`)].map((box) => box.value);
+    return { tags: picked("scope_tag"), documents: picked("scope_document").map(Number) };
+  }
+
+  $("ask-scope")?.addEventListener("change", () => {
+    const { tags, documents } = scopeFilters();
+    const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+    $("scope-summary").textContent = tags.length || documents.length
+      ? `${plural(tags.length, "tag")}, ${plural(documents.length, "document")}`
+      : "all documents";
+  });
+
   // ---- Asking and streaming --------------------------------------------------------------
 
   // Follow the answer down as it grows, unless the reader scrolled up to read something else.
@@ -233,7 +248,7 @@
     const invalid = settingFields.find((field) => !field.checkValidity());
     if (invalid) return setStatus(`${invalid.labels[0].textContent.trim()}: ${invalid.validationMessage}`, true);
     const settings = currentSettings();
-    const ask = { type: "ask", question, ...settings };
+    const ask = { type: "ask", question, ...settings, filters: scopeFilters() };
     if (config.conversation) ask.conversation = config.conversation;
     if (!send(ask)) return;
     $("chat-empty")?.remove();

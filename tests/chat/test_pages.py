@@ -8,7 +8,7 @@ from chat.models import Conversation, Message
 from knowledge.models import Document, Entity, Role
 from knowledge.services import ingestion
 from tests.chat.conftest import build_handbook
-from tests.factories import make_entity, make_user, make_workspace
+from tests.factories import make_document, make_entity, make_user, make_workspace
 
 XSS_DOCUMENT = (
     "Intro. <script>alert('doc')</script> <img src=x onerror=alert(1)> "
@@ -326,3 +326,21 @@ def test_it_lists_an_answers_cited_sources_with_their_sentence_links(client, tea
     assert "Notes" not in footer  # retrieved, not cited
     assert "/workspaces/acme/documents/7/?chunk=3&amp;start=120&amp;end=180#chunk-3" in footer
     assert "Handbook &gt; Engines · p. 4" in footer
+
+
+def test_the_scope_picker_offers_tags_and_documents_and_shows_the_conversations_scope(client, team):
+    workspace, viewer, _ = team
+    handbook = make_document(workspace, title="Handbook")
+    Document.objects.filter(pk=handbook.pk).update(tags=["policies", "people"])
+    make_document(workspace, title="Minutes")
+    conversation = conversation_with_answer(workspace, viewer)
+    Conversation.objects.filter(pk=conversation.pk).update(scope={"tags": ["people"], "documents": [handbook.pk]})
+    client.force_login(viewer)
+
+    fresh = client.get(reverse("chat:new", args=[workspace.slug])).content.decode()
+    page = client.get(reverse("chat:conversation", args=[workspace.slug, conversation.pk])).content.decode()
+
+    assert 'Scope: <span id="scope-summary">all documents</span>' in fresh
+    assert re.findall(r'name="scope_tag" value="(\w+)"( checked)?', page) == [("people", " checked"), ("policies", "")]
+    assert f'name="scope_document" value="{handbook.pk}" checked' in page
+    assert "Minutes" in page
