@@ -15,7 +15,7 @@ import multiprocessing
 from celery import shared_task
 from celery.signals import worker_init, worker_ready, worker_shutting_down
 
-from knowledge.services import ingestion
+from knowledge.services import ingestion, sources
 
 logger = logging.getLogger(__name__)
 
@@ -59,3 +59,13 @@ def sweep() -> dict:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def rebuild_graph(rebuild_id: int) -> bool:
     return ingestion.graph_rebuild_run(rebuild_id=rebuild_id)
+
+
+@shared_task
+def sync_due_sources() -> list[int]:
+    return sources.sources_claim_due()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def sync_source(source_id: int) -> None:
+    sources.source_sync(source_id=source_id)

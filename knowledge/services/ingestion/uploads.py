@@ -86,6 +86,7 @@ def document_create(
     text: str | None = None,
     title: str | None = None,
     replace: Document | None = None,
+    match_title: bool = True,
     tags: list[str] | None = None,
     enqueue: bool = True,
 ) -> Document:
@@ -96,9 +97,9 @@ def document_create(
     store nothing. `enqueue=False` is for callers that run `document_ingest` themselves (the
     `ingest` command).
 
-    A file titled like a current document of the workspace (or `replace` given) becomes that
-    document's next version (knowledge.services.ingestion.versions): it takes the old one's place when it
-    is published.
+    A file titled like a current document of the workspace (unless not `match_title`), or
+    `replace` given, becomes that document's next version (knowledge.services.ingestion.versions):
+    it takes the old one's place when it is published.
     """
     pasted = text is not None
     check_upload_size(filename, len(text.encode()) if pasted else len(data or b""))
@@ -122,7 +123,7 @@ def document_create(
             raise DocumentRejected(str(err)) from err
         content, file_hash, content_hash = "", hashlib.sha256(data).hexdigest(), ""
         duplicate = Document.objects.filter(workspace=workspace, file_hash=file_hash)
-        if replace is None:
+        if replace is None and match_title:
             replace = versions.replaced_by_upload(workspace=workspace, title=(title or "").strip() or filename)
     existing = duplicate.current().only("title").first()
     if existing is not None and existing == replace:
