@@ -143,7 +143,9 @@ def source_sync(*, source_id: int) -> Source | None:
         return None
     now = timezone.now()
     counts = dict.fromkeys(COUNTS, 0)
-    documents = {document.source_key: document for document in Document.objects.current().filter(source=source)}
+    # Each file's newest version: a new one is current beside the old until it is published.
+    current = Document.objects.current().filter(source=source).order_by("version").defer("text", "structure")
+    documents = {document.source_key: document for document in current}
     try:
         found = listing(source, {key: document.source_fingerprint for key, document in documents.items()})
     except SourceError as err:
