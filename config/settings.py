@@ -145,7 +145,7 @@ SOURCES_MAX_PAGES = env_int("SOURCES_MAX_PAGES", 500, minimum=1)
 SOURCES_MAX_FILES = env_int("SOURCES_MAX_FILES", 5000, minimum=1)
 SOURCES_FETCH_TIMEOUT = env_float("SOURCES_FETCH_TIMEOUT", 30.0)
 SOURCES_SYNC_LEASE_SECONDS = env_int("SOURCES_SYNC_LEASE_SECONDS", 1800, minimum=10)
-SOURCES_CHECKOUTS = DATA_DIR / "sources"
+SOURCES_CHECKOUTS = Path(env_str("SOURCES_CHECKOUTS", str(DATA_DIR / "sources")))
 # `make run`: how long web, worker and beat get to stop before they are killed.
 WORKER_STOP_TIMEOUT = env_float("WORKER_STOP_TIMEOUT", 30.0)
 

@@ -7,7 +7,7 @@ from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
-from knowledge.models import ROLE_RANK, Answer, Document, Entity, EntitySource, Relation, Role, Workspace
+from knowledge.models import ROLE_RANK, Answer, Document, Entity, EntitySource, Relation, Role, Source, Workspace
 from knowledge.rag.graph.drawing import graph_edge, graph_node
 from knowledge.rag.retrieval.searches import degree_of
 
@@ -54,6 +54,21 @@ def document_tags(*, workspace: Workspace) -> list[str]:
 def documents_for_picking(*, workspace: Workspace) -> QuerySet[Document]:
     """The workspace's current documents as a scope picker lists them: id, title, tags, enabled."""
     return workspace.documents.current().order_by("title", "pk").only("pk", "title", "tags", "enabled")
+
+
+def sources_of(*, workspace: Workspace) -> QuerySet[Source]:
+    """The workspace's sources, each with `document_count` (its current documents)."""
+    current = Q(documents__superseded_by__isnull=True, documents__isnull=False)
+    return workspace.sources.annotate(document_count=Count("documents", filter=current)).order_by("name")
+
+
+def source_documents(*, source: Source) -> QuerySet[Document]:
+    """The documents a source brought, missing ones first (they are about to go), then by key."""
+    return (
+        source.documents.current()
+        .defer("text", "structure")
+        .order_by(F("source_missing_since").desc(nulls_last=True), "source_key", "version")
+    )
 
 
 def workspace_for_user(user, slug: str, min_role: str = Role.VIEWER) -> Workspace:

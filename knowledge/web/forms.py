@@ -1,6 +1,6 @@
 from django import forms
 
-from knowledge.models import Role, Workspace
+from knowledge.models import Role, Source, Workspace
 from knowledge.rag.parsing import ACCEPTED_TYPES
 from knowledge.services import scopes
 
@@ -78,6 +78,34 @@ class DocumentReplaceForm(forms.Form):
             "the current version is served until this one is read."
         ),
     )
+
+
+class SourceForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(choices=Source.Kind.choices, label="Kind")
+    location = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=(
+            "A folder on the server (under the folders the administrator allows); page URLs, one a line, "
+            "or a sitemap's URL; a git repository's https URL or a local path."
+        ),
+    )
+    branch = forms.CharField(max_length=200, required=False, help_text="Git only; empty: the default branch.")
+    tags = forms.CharField(max_length=1000, required=False, help_text="Given to every document it brings.")
+    interval_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60, initial=60, label="Sync every (minutes)")
+    grace_hours = forms.IntegerField(
+        min_value=0,
+        max_value=24 * 90,
+        initial=24,
+        label="Keep missing documents for (hours)",
+        help_text="A document whose file disappeared is removed only after this.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
 
 
 class WorkspaceCreateForm(forms.ModelForm):

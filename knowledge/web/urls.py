@@ -3,7 +3,7 @@ under the `knowledge` namespace."""
 
 from django.urls import path
 
-from knowledge.web import analytics, evaluation, views
+from knowledge.web import analytics, evaluation, sources, views
 
 urlpatterns = [
     path("workspaces/new/", views.workspace_new, name="workspace_new"),
@@ -19,6 +19,10 @@ urlpatterns = [
     path(
         "workspaces/<slug:slug>/documents/<int:pk>/prune/", views.document_version_prune, name="document_version_prune"
     ),
+    path("workspaces/<slug:slug>/sources/", sources.sources, name="sources"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/", sources.source, name="source"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/sync/", sources.source_sync, name="source_sync"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/delete/", sources.source_delete, name="source_delete"),
     path("workspaces/<slug:slug>/entities/", views.entities, name="entities"),
     path("workspaces/<slug:slug>/entities/<int:pk>/", views.entity, name="entity"),
     path("workspaces/<slug:slug>/graph/", views.graph, name="graph"),
