@@ -115,6 +115,7 @@
       body.append("csrfmiddlewaretoken", csrf);
       body.append("files", file);
       body.append("path", path);
+      body.append("tags", document.getElementById("id_tags")?.value || "");
       const request = new XMLHttpRequest();
       request.open("POST", zone.dataset.uploadUrl);
       request.setRequestHeader("Accept", "application/json");

@@ -52,7 +52,7 @@ def test_it_labels_a_document_with_tags_and_disables_it(editor_client, workspace
     assert _messages(response) == ["Saved the tags of “minutes.txt”."]
     page = editor_client.get(_url("document", document)).content.decode()
     assert "disabled: questions do not read it" in page
-    assert '<span class="tag">legal</span>' in page
+    assert '<span class="badge">legal</span>' in page
 
 
 def test_it_refuses_a_tag_a_model_name_cannot_carry(editor_client, workspace, openai_double):
