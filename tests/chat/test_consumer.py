@@ -138,6 +138,24 @@ async def test_it_continues_a_conversation_with_its_history(handbook_workspace, 
     await communicator.disconnect()
 
 
+async def test_a_scoped_question_reads_only_its_scope_and_its_conversation_remembers_it(
+    handbook_workspace, viewer, chat_model
+):
+    communicator = await open_socket(viewer)
+
+    events = await ask(communicator, mode="naive", filters={"tags": ["Elsewhere"], "documents": []})
+
+    assert events[-1]["type"] == "done"
+    assert events[0]["citations"] == []
+    conversation = await database_sync_to_async(Conversation.objects.get)(pk=events[-1]["conversation"])
+    assert conversation.scope == {"tags": ["elsewhere"], "documents": []}
+    everything = await ask(communicator, mode="naive", conversation=conversation.pk, filters={})
+    assert everything[0]["citations"]
+    await database_sync_to_async(conversation.refresh_from_db)()
+    assert conversation.scope == {}
+    await communicator.disconnect()
+
+
 async def test_it_refuses_to_continue_another_users_private_conversation(handbook_workspace, owner, viewer, chat_model):
     private = await database_sync_to_async(Conversation.objects.create)(workspace=handbook_workspace, user=owner)
     communicator = await open_socket(viewer)
