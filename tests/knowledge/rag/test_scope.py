@@ -121,7 +121,7 @@ def test_a_disabled_document_is_read_by_no_question(workspace, no_floor):
 
 
 @pytest.mark.parametrize(
-    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 3), ("local", 4), ("hybrid", 5), ("mix", 6)]
+    ("mode", "queries"), [("bypass", 0), ("naive", 1), ("global", 4), ("local", 5), ("hybrid", 6), ("mix", 7)]
 )
 def test_a_scoped_question_costs_the_queries_of_an_unscoped_one(workspace, mode, queries, django_assert_num_queries):
     build_team_graph(workspace)
