@@ -8,7 +8,7 @@ from knowledge.models import Document, Entity, EntityLink
 from knowledge.rag.graph import entity_vectors, link_synonyms
 from knowledge.rag.graph.synonyms import SYNONYM_COSINE, names_agree
 from knowledge.rag.names import surface_form
-from knowledge.rag.retrieval import retrieve
+from knowledge.rag.retrieval import Scope, retrieve
 from knowledge.rag.retrieval.walk import spread
 from knowledge.services import ingestion
 from knowledge.services.curation import possible_duplicates
@@ -62,6 +62,21 @@ def test_the_walk_reaches_the_passage_only_the_graph_leads_to(bridge):
     naive, mix = (retrieve(workspace=bridge, question=QUESTION, mode=mode, chunk_top_k=6) for mode in ("naive", "mix"))
     assert titles(mix).index("Marcus Ellery.md") < titles(naive).index("Marcus Ellery.md")
     assert "Marcus Ellery.md" in titles(retrieve(workspace=bridge, question=QUESTION, mode="hybrid", chunk_top_k=3))
+
+
+def test_the_walk_stays_inside_the_scope_and_off_disabled_documents(bridge):
+    film = Document.objects.get(workspace=bridge, title="Blood Street.md")
+    scoped = retrieve(
+        workspace=bridge, question=QUESTION, mode="local", chunk_top_k=3, scope=Scope(documents=(film.pk,))
+    )
+    Document.objects.filter(workspace=bridge, title="Marcus Ellery.md").update(enabled=False)
+    bridge.disabled_documents = 1
+    disabled = retrieve(workspace=bridge, question=QUESTION, mode="mix", chunk_top_k=6)
+
+    # The shared entity still leads the walk to the director's page; the scope stops it there.
+    assert titles(scoped) == ["Blood Street.md"]
+    assert "Marcus Ellery.md" not in titles(disabled)
+    assert titles(disabled)
 
 
 def test_two_entities_of_one_sentence_are_not_duplicates(workspace, settings):
