@@ -108,7 +108,7 @@ async def tags(request):
 async def ps(request):
     """No model is loaded in memory here (a workspace is not one); Open WebUI polls this on every
     model refresh and logs an error for anything but Ollama's answer."""
-    _, denied = await DOOR.token_user(request)
+    _, denied = await DOOR.token_user(request, scope=SCOPE_READ)
     return denied or JsonResponse({"models": []})
 
 

@@ -397,7 +397,7 @@ async def test_it_keeps_members_of_one_workspace_out_of_another(handbook_workspa
     assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}
 
 
-async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
+async def test_an_answer_costs_its_retrieval_and_ten_queries_of_bookkeeping(
     handbook_workspace, viewer, chat_model, every_query
 ):
     communicator = await open_socket(viewer)
@@ -412,12 +412,12 @@ async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
     events = await ask(communicator, mode="local")
 
     assert events[-1]["type"] == "done"
-    # Retrieval: the keyword cache read and write, the entity search, its one-hop relations,
-    # provenance, the subgraph's edges. The subgraph's descriptions came with them.
-    assert events[0]["sql_queries"] == 6
+    # Retrieval: the keyword cache read and write, the entity search, its one-hop relations, the
+    # walk's edges, provenance, the subgraph's edges. The subgraph's descriptions came with them.
+    assert events[0]["sql_queries"] == 7
     # The gate (membership, documents), the question (a conversation, its title and time, the
     # message), the answer, and the record of the question (started, completed, tied to the answer).
-    assert len(every_query) == 6 + 6 + 3
+    assert len(every_query) == 7 + 2 + 4 + 1 + 3
     await communicator.disconnect()
 
 
