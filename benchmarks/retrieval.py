@@ -131,10 +131,12 @@ def build(workspace: Workspace, started: float) -> dict:
     per_document = CHUNKS // DOCUMENTS
     copy_rows(
         "knowledge_chunk",
-        ["id", "workspace_id", "document_id", "order", "text", "token_count", "char_start", "char_end", "embedding"],
-        ["int8", "int8", "int8", "int4", "text", "int4", "int4", "int4", "vector"],
+        ["id", "workspace_id", "document_id", "order", "text", "token_count", "char_start", "char_end", "embedding"]
+        + ["section", "location", "anchor"],
+        ["int8", "int8", "int8", "int4", "text", "int4", "int4", "int4", "vector", "text", "text", "text"],
         (
             (n + 1, workspace.pk, document_ids[n // per_document], n % per_document, text, 1200, 0, len(text), vector)
+            + ("", "", "")
             for n, vector in enumerate(chunk_vectors)
             for text in [words(580)]
         ),
@@ -394,6 +396,78 @@ def compare_searches(workspace: Workspace, centres: dict, runs: int) -> None:
         )
 
 
+SCOPES = {"5%": 0.05, "50%": 0.5}
+_VECTOR_SQL = """
+SELECT x.id FROM knowledge_{table} x
+WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
+ORDER BY (x.embedding <=> %(vector)s::vector){exact}
+LIMIT %(k)s
+"""
+
+
+def measure_scopes(workspace: Workspace, centres: dict, runs: int, modes: list[str]) -> None:
+    """Scoped questions: documents tagged so that 5% and 50% of them are in scope; per scope, the
+    latency of each mode, and the recall of the filtered HNSW searches (chunks, entities) against
+    an exact scan with the same filter."""
+    from knowledge.rag.retrieval.scope import Scope, chunk_clause, row_clause
+
+    ids = list(Document.objects.filter(workspace=workspace).order_by("pk").values_list("pk", flat=True))
+    for tag, share in SCOPES.items():
+        chosen = rng.choice(ids, size=max(int(len(ids) * share), 1), replace=False).tolist()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE knowledge_document SET tags = array_append(tags, %s) WHERE id = ANY(%s) AND NOT %s = ANY(tags)",
+                [tag, chosen, tag],
+            )
+    names = list(Entity.objects.filter(workspace=workspace).order_by("?").values_list("name", flat=True)[:500])
+    print(f"\n{'scope':6} {'mode':8} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'chunks':>7}")
+    for label, scope in [("all", None), *((tag, Scope(tags=(tag,))) for tag in SCOPES)]:
+        for mode in modes:
+            latencies, last = [], None
+            for index in range(runs + 20):
+                question = f"What does {words(1)}() say about {words(1)}()?"
+                keywords = Keywords(high_level=("market strategy",), low_level=(names[rng.integers(len(names))],))
+                vectors = QueryVectors(
+                    low_level=unit_rows(centres["entities"], 1)[0].tolist(),
+                    high_level=unit_rows(centres["relations"], 1)[0].tolist(),
+                    question=unit_rows(centres["chunks"], 1)[0].tolist(),
+                )
+                started = time.perf_counter()
+                last = retrieve(
+                    workspace=workspace, question=question, mode=mode, keywords=keywords, vectors=vectors, scope=scope
+                )
+                if index >= 20:  # the first ones warm this scope's pages
+                    latencies.append((time.perf_counter() - started) * 1000)
+            p50, p95 = statistics.median(latencies), statistics.quantiles(latencies, n=20)[-1]
+            print(f"{label:6} {mode:8} {p50:8.1f} {p95:8.1f} {last.stats['sql_queries']:8} {len(last.chunks):7}")
+    print(f"\n{'scope':6} {'search':8} {'recall@k':>9} {'rows':>6} {'HNSW ms':>8} {'exact ms':>9}")
+    for label, scope in [(tag, Scope(tags=(tag,))) for tag in SCOPES]:
+        for table, k, clause in (
+            ("chunk", 20, chunk_clause("x.document_id", workspace, scope)),
+            ("entity", 40, row_clause("entity", "x.id", workspace, scope)),
+        ):
+            recalls, found, fast, slow = [], [], [], []
+            for _ in range(min(runs, 50)):
+                vector = str(unit_rows(centres["chunks" if table == "chunk" else "entities"], 1)[0].tolist())
+                params = {"workspace_id": workspace.pk, "vector": vector, "k": k, **clause[1]}
+                with connection.cursor() as cursor:
+                    started = time.perf_counter()
+                    cursor.execute(_VECTOR_SQL.format(table=table, scope=clause[0], exact=""), params)
+                    approximate = {row[0] for row in cursor.fetchall()}
+                    middle = time.perf_counter()
+                    cursor.execute(_VECTOR_SQL.format(table=table, scope=clause[0], exact=" + 0"), params)
+                    exact = {row[0] for row in cursor.fetchall()}
+                    ended = time.perf_counter()
+                recalls.append(len(approximate & exact) / max(len(exact), 1))
+                found.append(len(approximate))
+                fast.append((middle - started) * 1000)
+                slow.append((ended - middle) * 1000)
+            print(
+                f"{label:6} {table:8} {statistics.mean(recalls):9.3f} {statistics.mean(found):6.1f} "
+                f"{statistics.median(fast):8.1f} {statistics.median(slow):9.1f}"
+            )
+
+
 def start_server(folder: Path, shared_buffers: str) -> None:
     """Point Django at a Postgres of its own in `folder`, with room for the HNSW indexes in
     shared_buffers: a search that reads index pages from the OS page cache is ten times slower."""
@@ -429,6 +503,11 @@ def main() -> None:
         action="store_true",
         help="instead of the modes, time the vector-only and the hybrid searches in turns (same load for both)",
     )
+    parser.add_argument(
+        "--scopes",
+        action="store_true",
+        help="instead of the modes alone, scoped questions (5%% and 50%% of the documents): latency and recall",
+    )
     args = parser.parse_args()
     global ENTITIES, RELATIONS, CHUNKS, DOCUMENTS, CLUSTERS
     ENTITIES, RELATIONS, CHUNKS = int(ENTITIES * args.scale), int(RELATIONS * args.scale), int(CHUNKS * args.scale)
@@ -460,6 +539,8 @@ def main() -> None:
         )
         if args.compare_searches:
             compare_searches(workspace, centres, args.runs)
+        elif args.scopes:
+            measure_scopes(workspace, centres, args.runs, args.modes.split(","))
         else:
             measure(workspace, centres, args.runs, args.modes.split(","))
     finally:

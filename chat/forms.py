@@ -103,12 +103,31 @@ class AnswerSettingsForm(forms.Form):
         return ""
 
 
+class _Checked(forms.Field):
+    """The values of same-named checkboxes as htmx's websocket extension sends them: left out when
+    none is ticked, a string for one, a list for several."""
+
+    def to_python(self, value) -> list[str]:
+        if value in (None, ""):
+            return []
+        return [str(item) for item in value] if isinstance(value, list) else [str(value)]
+
+
 class AskForm(AnswerSettingsForm):
     """A question from the chat page's form, as htmx's websocket extension sends it: every value a
-    string, the settings not shown on the page left out (they take their defaults)."""
+    string, the settings not shown on the page left out (they take their defaults), the scope
+    picker's ticked tags and documents (templates/chat/_scope_picker.html)."""
 
     question = forms.CharField(max_length=QUESTION_MAX_CHARS, error_messages={"required": "Type a question first."})
     conversation = forms.IntegerField(required=False, min_value=1)
+    scope_tag = _Checked(required=False)
+    scope_document = _Checked(required=False)
+
+    def clean_scope_document(self) -> list[int]:
+        ids = self.cleaned_data["scope_document"]
+        if not all(pk.isdigit() for pk in ids):
+            raise forms.ValidationError("Pick documents from the scope list.")
+        return [int(pk) for pk in ids]
 
     def ask_request(self) -> tuple[AskRequest, int | None]:
         """The validated request and the conversation it continues; AskInvalid says what is wrong."""
@@ -116,7 +135,8 @@ class AskForm(AnswerSettingsForm):
             raise AskInvalid(self.first_error())
         data = self.cleaned_data
         settings = {name: data[name] for name in ("question", "mode", "top_k", "chunk_top_k", "response_type")}
-        return ask_request(**settings), data["conversation"]
+        scope = {"tags": data["scope_tag"], "documents": data["scope_document"]}
+        return ask_request(**settings, filters=scope), data["conversation"]
 
 
 class RenameForm(forms.Form):

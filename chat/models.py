@@ -16,6 +16,9 @@ class Conversation(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, default="New conversation")
     shared = models.BooleanField(default=False, help_text="Visible to every member of the workspace.")
+    # The documents its questions read, as the scope picker last sent them:
+    # {"tags": [...], "documents": [ids]}; empty: every enabled document.
+    scope = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

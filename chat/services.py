@@ -195,6 +195,9 @@ def turn_start(*, user, slug: str, request: AskRequest, conversation_id: object 
     question = question_record(
         conversation=conversation, workspace=workspace, user=user, question=request.question, mode=request.mode
     )
+    conversation_scope_set(
+        conversation=question.conversation, scope=request.scope.as_json() if request.scope.narrowed else {}
+    )
     return Turn(
         workspace=workspace,
         user=user,
@@ -262,3 +265,10 @@ async def _turn_finish(
         )
     html = render_answer(content, citations=citations)
     return TurnDone(turn.conversation, message, html, citations, asdict(usage), stopped, extractive)
+
+
+def conversation_scope_set(*, conversation: Conversation, scope: dict) -> None:
+    """Remember the scope the conversation's last question was asked in, for the picker on reload."""
+    if conversation.scope != scope:
+        Conversation.objects.filter(pk=conversation.pk).update(scope=scope)
+        conversation.scope = scope

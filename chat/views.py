@@ -17,7 +17,7 @@ from chat.models import Message
 from chat.rendering import prepare_message, sources_context
 from knowledge.rag.answer import answer_is_extractive
 from knowledge.rag.retrieval import DEFAULT_MODE
-from knowledge.selectors import workspace_for_user
+from knowledge.selectors import document_tags, documents_for_picking, workspace_for_user
 from knowledge.services.answers import FeedbackInvalid, feedback_give
 from knowledge.services.asking import QUESTION_MAX_CHARS, TOP_K_MAX
 
@@ -55,6 +55,7 @@ def chat_page(request, slug, conversation_id=None):
             **sources_context(message=answers[-1] if answers else Message(), workspace=workspace),
             "conversations": conversations[:SIDEBAR_CONVERSATIONS],
             "question_max_chars": QUESTION_MAX_CHARS,
+            "scope": _scope_picker(workspace, conversation),
             "client_config": {
                 "neighboursUrl": reverse("chat:neighbours", args=[workspace.slug]),
             },
@@ -80,6 +81,18 @@ def _settings_context(workspace, preferences, extractive: bool) -> dict:
         "response_types": RESPONSE_TYPES,
         "top_k_max": TOP_K_MAX,
         "extractive": extractive,
+    }
+
+
+def _scope_picker(workspace, conversation) -> dict:
+    """What the scope picker offers (the workspace's tags and documents) and what the
+    conversation last asked in."""
+    chosen = conversation.scope if conversation else {}
+    return {
+        "tags": document_tags(workspace=workspace),
+        "documents": documents_for_picking(workspace=workspace),
+        "chosen_tags": chosen.get("tags", []),
+        "chosen_documents": chosen.get("documents", []),
     }
 
 

@@ -145,6 +145,15 @@ INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
 INGEST_WORKERS = env_int("INGEST_WORKERS", 2, minimum=1)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 6, minimum=1)
 INGEST_RETRY_BACKOFF = env_float("INGEST_RETRY_BACKOFF", 60.0)
+# Sources (knowledge.services.sources): folders under these roots (and local git repositories)
+# may be synced; none by default. The beat looks for due sources every SOURCES_CHECK_SECONDS.
+SOURCES_ROOTS = env_list("SOURCES_ROOTS", [])
+SOURCES_CHECK_SECONDS = env_int("SOURCES_CHECK_SECONDS", 60, minimum=1)
+SOURCES_MAX_PAGES = env_int("SOURCES_MAX_PAGES", 500, minimum=1)
+SOURCES_MAX_FILES = env_int("SOURCES_MAX_FILES", 5000, minimum=1)
+SOURCES_FETCH_TIMEOUT = env_float("SOURCES_FETCH_TIMEOUT", 30.0)
+SOURCES_SYNC_LEASE_SECONDS = env_int("SOURCES_SYNC_LEASE_SECONDS", 1800, minimum=10)
+SOURCES_CHECKOUTS = Path(env_str("SOURCES_CHECKOUTS", str(DATA_DIR / "sources")))
 # `make run`: how long web, worker and beat get to stop before they are killed.
 WORKER_STOP_TIMEOUT = env_float("WORKER_STOP_TIMEOUT", 30.0)
 
@@ -389,6 +398,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "knowledge.tasks.sweep", "schedule": float(INGEST_SWEEP_SECONDS)},
+    "sources": {"task": "knowledge.tasks.sync_due_sources", "schedule": float(SOURCES_CHECK_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 

@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -54,6 +55,8 @@ class Workspace(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     entity_count = models.PositiveIntegerField(default=0)
     relation_count = models.PositiveIntegerField(default=0)
+    # Disabled current documents: while there are none, unscoped retrieval adds no filter at all.
+    disabled_documents = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -81,6 +84,12 @@ class Membership(models.Model):
     @property
     def rank(self) -> int:
         return ROLE_RANK[self.role]
+
+
+class DocumentQuerySet(models.QuerySet):
+    def current(self):
+        """Documents as the workspace lists them: no older versions."""
+        return self.filter(superseded_by__isnull=True)
 
 
 class Document(models.Model):
@@ -148,14 +157,38 @@ class Document(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     # sha256 of the uploaded bytes: the same file twice is refused at upload, before parsing.
     file_hash = models.CharField(max_length=64, blank=True)
+    # Versions (knowledge.services.ingestion.versions): a new version is a document of its own that
+    # `replaces` the current one and takes its place when it is published; from then on the old
+    # one points at the current version (`superseded_by`), keeps its text and chunks for the
+    # history and the citations made from it, and serves nothing.
+    version = models.PositiveIntegerField(default=1)
+    replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="older_versions"
+    )
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    # Scopes: a disabled document stays but is not retrieved; tags name the groups a question
+    # can be scoped to (knowledge.rag.retrieval.scope).
+    enabled = models.BooleanField(default=True)
+    tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+    # Brought by a source (knowledge.services.sources): where in it (a path, a URL), what the
+    # source said of it last time (mtime and size, ETag or Last-Modified, a git blob id), and
+    # since when the source no longer has it (removed once the source's grace period is over).
+    source = models.ForeignKey("Source", null=True, blank=True, on_delete=models.SET_NULL, related_name="documents")
+    source_key = models.CharField(max_length=1000, blank=True)
+    source_fingerprint = models.CharField(max_length=300, blank=True)
+    source_missing_since = models.DateTimeField(null=True, blank=True)
+
+    objects = DocumentQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            # The text's hash is known once the worker has parsed the file.
+            # The text's hash is known once the worker has parsed the file. Older versions may
+            # share a text with the current one (a change undone).
             models.UniqueConstraint(
                 fields=["workspace", "content_hash"],
-                condition=~Q(content_hash=""),
+                condition=~Q(content_hash="") & Q(superseded_by__isnull=True),
                 name="document_unique_content_per_workspace",
             )
         ]
@@ -166,6 +199,7 @@ class Document(models.Model):
                 name="document_claimable",
             ),
             models.Index(fields=["workspace", "file_hash"], name="document_file_hash"),
+            GinIndex(fields=["tags"], name="document_tags"),
         ]
 
     def __str__(self) -> str:
@@ -178,6 +212,48 @@ class Document(models.Model):
             return True
         expired = self.lease_expires_at is not None and self.lease_expires_at < timezone.now()
         return self.status == self.Status.PROCESSING and expired
+
+
+class Source(models.Model):
+    """Where a workspace's documents live: a server folder, web pages or a sitemap, a git
+    repository. Synced on its schedule by the beat (knowledge.services.sources), or on demand."""
+
+    class Kind(models.TextChoices):
+        FOLDER = "folder", "Server folder"
+        WEB = "web", "Web pages or a sitemap"
+        GIT = "git", "Git repository"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="sources")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # A folder under SOURCES_ROOTS; page URLs, one a line, or a sitemap's URL; a repository's
+    # https URL or a local path under SOURCES_ROOTS.
+    location = models.TextField()
+    branch = models.CharField(max_length=200, blank=True)
+    tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+    interval_minutes = models.PositiveIntegerField(default=60)
+    grace_hours = models.PositiveIntegerField(default=24)
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # The schedule and the outcome of the last sync, for the source's page.
+    next_sync_at = models.DateTimeField(default=timezone.now)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    # A sync holds the source until it ends or this passes (a worker that died lets go).
+    sync_until = models.DateTimeField(null=True, blank=True)
+    # What the last sync saw that the next one compares with (the git commit).
+    state = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="source_unique_name")]
+        indexes = [models.Index(fields=["next_sync_at"], condition=Q(enabled=True), name="source_due")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Chunk(models.Model):

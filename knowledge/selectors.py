@@ -2,7 +2,8 @@
 
 import uuid
 
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
 from django.utils import timezone
@@ -19,6 +20,7 @@ from knowledge.models import (
     Reembedding,
     Relation,
     Role,
+    Source,
     Workspace,
 )
 from knowledge.rag.graph.drawing import graph_edge, graph_node
@@ -34,6 +36,54 @@ def workspaces_for_user(user) -> QuerySet[Workspace]:
     if not user.is_authenticated:
         return Workspace.objects.none()
     return Workspace.objects.filter(memberships__user=user).annotate(role=F("memberships__role"))
+
+
+def _tags_of(workspace) -> ArraySubquery:
+    """The tags of a workspace's current documents, sorted: what its questions can be scoped to."""
+    tags = (
+        Document.objects.current()
+        .filter(workspace=workspace)
+        .annotate(tag=Func(F("tags"), function="unnest"))
+        .order_by("tag")
+        .values("tag")
+        .distinct()
+    )
+    return ArraySubquery(tags)
+
+
+def workspaces_with_tags(user) -> QuerySet[Workspace]:
+    """workspaces_for_user, each with `tags`, the tags its questions can be scoped to (one query)."""
+    return workspaces_for_user(user).annotate(tags=_tags_of(OuterRef("pk")))
+
+
+def document_tags(*, workspace: Workspace) -> list[str]:
+    """The tags of the workspace's current documents, sorted."""
+    return (
+        Workspace.objects.filter(pk=workspace.pk)
+        .annotate(tags=_tags_of(OuterRef("pk")))
+        .values_list("tags", flat=True)
+        .get()
+    )
+
+
+def documents_for_picking(*, workspace: Workspace) -> QuerySet[Document]:
+    """The workspace's current documents as a scope picker lists them: id, title, tags, enabled."""
+    return workspace.documents.current().order_by("title", "pk").only("pk", "title", "tags", "enabled")
+
+
+def sources_of(*, workspace: Workspace) -> QuerySet[Source]:
+    """The workspace's sources, each with `document_count` (its current documents)."""
+    current = Q(documents__superseded_by__isnull=True, documents__isnull=False)
+    return workspace.sources.annotate(document_count=Count("documents", filter=current)).order_by("name")
+
+
+def source_documents(*, source: Source) -> QuerySet[Document]:
+    """The documents a source brought, missing ones first (they are about to go), then by key."""
+    return (
+        source.documents.current()
+        .defer("text", "structure")
+        .order_by(F("source_missing_since").desc(nulls_last=True), "source_key", "version")
+    )
 
 
 def workspace_for_user(user, slug: str, min_role: str = Role.VIEWER) -> Workspace:
@@ -88,7 +138,7 @@ def entities_browse(
 def documents_browse(*, workspace: Workspace, status: str = "", query: str = "") -> QuerySet[Document]:
     """The workspace's documents for the document list, newest first, optionally of one status
     and with a title or file name containing `query`."""
-    documents = workspace.documents.defer("text")
+    documents = workspace.documents.current().defer("text")
     if status:
         documents = documents.filter(status=status)
     if query:
@@ -97,7 +147,7 @@ def documents_browse(*, workspace: Workspace, status: str = "", query: str = "")
 
 
 def document_status_counts(*, workspace: Workspace) -> dict[str, int]:
-    return dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+    return dict(workspace.documents.current().order_by().values_list("status").annotate(n=Count("*")))
 
 
 def entity_type_counts(*, workspace: Workspace) -> list[tuple[str, int]]:

@@ -15,7 +15,7 @@ import multiprocessing
 from celery import shared_task
 from celery.signals import worker_init, worker_ready, worker_shutting_down
 
-from knowledge.services import ingestion, model_endpoints
+from knowledge.services import ingestion, model_endpoints, sources
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +64,13 @@ def rebuild_graph(rebuild_id: int) -> bool:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def reembed_all(reembedding_id: int) -> str:
     return model_endpoints.reembedding_run(reembedding_id=reembedding_id).status
+
+
+@shared_task
+def sync_due_sources() -> list[int]:
+    return sources.sources_claim_due()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def sync_source(source_id: int) -> None:
+    sources.source_sync(source_id=source_id)

@@ -117,15 +117,22 @@ async def list_workspaces(ctx: Context) -> list[dict[str, Any]]:
 
 @server.tool()
 async def ask(
-    workspace: str, question: str, ctx: Context, mode: str = DEFAULT_MODE, top_k: int = DEFAULT_TOP_K
+    workspace: str,
+    question: str,
+    ctx: Context,
+    mode: str = DEFAULT_MODE,
+    top_k: int = DEFAULT_TOP_K,
+    filters: dict[str, list] | None = None,
 ) -> dict[str, Any]:
     """Ask a workspace a question. The answer cites its sources as [S1] (passages), [E1]
     (entities) and [R1] (relations); `sources` lists the cited rows with their documents.
     mode: mix (default: graph and passages), hybrid, local (entities), global (relations),
-    naive (passages only) or bypass (no retrieval). top_k: graph rows per search, 1-200."""
+    naive (passages only) or bypass (no retrieval). top_k: graph rows per search, 1-200.
+    filters: read only some documents, {"tags": ["handbook"], "documents": [12]} (either list
+    may be left out); documents carrying any of the tags or named by id."""
     _require(ctx, SCOPE_ASK)
     try:
-        request = ask_request(question=question, mode=mode, top_k=top_k)
+        request = ask_request(question=question, mode=mode, top_k=top_k, filters=filters)
         found = await _read(workspace_for_asking, user=_user(ctx), slug=workspace, mode=request.mode)
     except AskError as refused:
         raise ToolError(str(refused)) from None

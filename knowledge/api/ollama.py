@@ -42,7 +42,7 @@ from knowledge.api.responses import (
     streaming,
 )
 from knowledge.models import Answer
-from knowledge.selectors import answer_for_user, workspaces_for_user
+from knowledge.selectors import answer_for_user, workspaces_with_tags
 from knowledge.services.answers import FeedbackInvalid
 from knowledge.services.api_tokens import SCOPE_ASK, SCOPE_READ
 from knowledge.services.asking import (
@@ -79,7 +79,7 @@ async def tags(request):
     user, denied = await DOOR.token_user(request, scope=SCOPE_READ)
     if denied is not None:
         return denied
-    workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
+    workspaces = await sync_to_async(list)(workspaces_with_tags(user).order_by("slug"))
     models = [
         {
             "name": name,
@@ -98,7 +98,7 @@ async def tags(request):
             },
         }
         for workspace in workspaces
-        for name, mode in model_names(workspace, default_tag=DEFAULT_TAG)
+        for name, mode in model_names(workspace, default_tag=DEFAULT_TAG, tags=workspace.tags)
     ]
     return JsonResponse({"models": models})
 
@@ -108,7 +108,7 @@ async def tags(request):
 async def ps(request):
     """No model is loaded in memory here (a workspace is not one); Open WebUI polls this on every
     model refresh and logs an error for anything but Ollama's answer."""
-    _, denied = await DOOR.token_user(request)
+    _, denied = await DOOR.token_user(request, scope=SCOPE_READ)
     return denied or JsonResponse({"models": []})
 
 

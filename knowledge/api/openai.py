@@ -40,7 +40,7 @@ from knowledge.api.responses import (
     streaming,
 )
 from knowledge.models import Answer
-from knowledge.selectors import answer_for_user, workspaces_for_user
+from knowledge.selectors import answer_for_user, workspaces_with_tags
 from knowledge.services.answers import FeedbackInvalid
 from knowledge.services.api_tokens import SCOPE_ASK, SCOPE_READ
 from knowledge.services.asking import (
@@ -92,11 +92,11 @@ async def models(request):
     user, denied = await DOOR.token_user(request, scope=SCOPE_READ, codes=_TOKEN_CODES)
     if denied is not None:
         return denied
-    workspaces = await sync_to_async(list)(workspaces_for_user(user).order_by("slug"))
+    workspaces = await sync_to_async(list)(workspaces_with_tags(user).order_by("slug"))
     data = [
         {"id": name, "object": "model", "created": int(workspace.created_at.timestamp()), "owned_by": workspace.name}
         for workspace in workspaces
-        for name, _mode in model_names(workspace)
+        for name, _mode in model_names(workspace, tags=workspace.tags)
     ]
     return JsonResponse({"object": "list", "data": data})
 

@@ -2,7 +2,9 @@
 ask request, LightRAG's query prefixes, and the sources list a chat client can show.
 
 A "model" is a workspace asked in a mode: `acme` (the default mode), `acme:local`, ...; Ollama
-clients add a tag to every name, so `acme:latest` is the default mode too. The adapters
+clients add a tag to every name, so `acme:latest` is the default mode too. `acme/handbook` (and
+`acme/handbook:local`) asks only the documents tagged "handbook": a client that can only pick a
+model picks a scope that way (docs/clients.md, "Scopes"). The adapters
 (knowledge/api/openai.py, knowledge/api/ollama.py) only map these onto their wire formats.
 """
 
@@ -47,23 +49,31 @@ class Model:
     slug: str
     # None: the default mode, unless the question's prefix names one.
     mode: str | None
+    # A document tag the question is scoped to; "": every document.
+    tag: str = ""
 
 
 def parse_model(name: object) -> Model:
     if not isinstance(name, str) or not name.strip():
         raise UnknownModel('\'model\' is required: a workspace, e.g. "acme" or "acme:local".')
-    slug, _, tag = name.strip().partition(":")
+    scoped, _, tag = name.strip().partition(":")
+    slug, _, scope = scoped.partition("/")
     if tag in ("", DEFAULT_TAG):
-        return Model(slug=slug, mode=None)
+        return Model(slug=slug, mode=None, tag=scope)
     if tag not in MODES:
         raise UnknownModel(f"The model {name!r} does not exist or you do not have access to it.")
-    return Model(slug=slug, mode=tag)
+    return Model(slug=slug, mode=tag, tag=scope)
 
 
-def model_names(workspace: Workspace, *, default_tag: str = "") -> list[tuple[str, str]]:
-    """(name, mode) of every model a workspace offers: itself in the default mode, then one per mode."""
-    default = f"{workspace.slug}:{default_tag}" if default_tag else workspace.slug
-    return [(default, DEFAULT_MODE), *((f"{workspace.slug}:{mode}", mode) for mode in MODES)]
+def model_names(workspace: Workspace, *, default_tag: str = "", tags: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(name, mode) of every model a workspace offers: itself in the default mode, then one per
+    mode, then one per document tag (scoped, in the default mode)."""
+    suffix = f":{default_tag}" if default_tag else ""
+    return [
+        (f"{workspace.slug}{suffix}", DEFAULT_MODE),
+        *((f"{workspace.slug}:{mode}", mode) for mode in MODES),
+        *((f"{workspace.slug}/{tag}{suffix}", DEFAULT_MODE) for tag in tags),
+    ]
 
 
 def message_text(content: object) -> str:
@@ -122,6 +132,7 @@ def chat_request(
         mode=mode,
         history=list(history),
         context_only=context_only,
+        filters={"tags": [model.tag]} if model.tag else None,
         **{name: options.get(name) for name in ASK_OPTIONS},
     )
 

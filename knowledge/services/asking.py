@@ -43,6 +43,7 @@ from knowledge.rag.retrieval import (
     Budgets,
     Keywords,
     RetrievalResult,
+    Scope,
     retrieve,
 )
 from knowledge.selectors import workspace_for_user
@@ -74,6 +75,7 @@ ASK_FIELDS = (
     "max_relation_tokens",
     "max_total_tokens",
     "context_only",
+    "filters",
 )
 
 ENGINE_LLM = "llm"
@@ -121,6 +123,8 @@ class AskRequest:
     budgets: Budgets = Budgets()
     # Retrieve and stop: the stream ends with a DoneEvent whose answer is None.
     context_only: bool = False
+    # The documents the question may read (tags, documents); empty: every enabled document.
+    scope: Scope = Scope()
 
 
 def ask_request(
@@ -136,6 +140,7 @@ def ask_request(
     max_relation_tokens: object = None,
     max_total_tokens: object = None,
     context_only: object = None,
+    filters: object = None,
 ) -> AskRequest:
     """The one validation of a question. Values come as a protocol carried them (JSON, command
     line, tool arguments); None means the default. Raises AskInvalid with a message for the asker."""
@@ -155,6 +160,7 @@ def ask_request(
         )
     try:
         keywords = None if keywords is None else Keywords.coerce(keywords)
+        scope = Scope.coerce(filters)
     except ValueError as exc:
         raise AskInvalid(str(exc)) from None
     return AskRequest(
@@ -171,6 +177,7 @@ def ask_request(
             total=_whole_number("max_total_tokens", max_total_tokens, Budgets.total, BUDGET_MAX_TOKENS),
         ),
         context_only=check_flag("context_only", context_only),
+        scope=scope,
     )
 
 
@@ -436,6 +443,7 @@ def _retrieve(workspace: Workspace, request: AskRequest, usage: llm.Usage) -> Re
             keywords=request.keywords,
             history=request.history,
             budgets=request.budgets,
+            scope=request.scope,
             usage=usage,
         )
     finally:

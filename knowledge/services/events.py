@@ -145,6 +145,9 @@ def document_payload(document, *, reference: dict | None = None, waiting: dict[i
         # Sent to every open list of the workspace; only an owner's socket renders it.
         "error_detail": document.error_detail,
         "retryable": document.retryable,
+        "version": document.version,
+        "tags": list(document.tags),
+        "enabled": document.enabled,
     }
 
 

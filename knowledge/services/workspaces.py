@@ -25,11 +25,13 @@ def _rows_of(model, **visible) -> Coalesce:
 
 
 def workspace_refresh_counts(*, workspace_id: int) -> None:
-    """Count what the workspace serves: chunks, entities and relations of published documents."""
+    """Count what the workspace serves: chunks, entities and relations of published documents,
+    and its disabled documents (while there are none, retrieval adds no scope clause)."""
     Workspace.objects.filter(pk=workspace_id).update(
         chunk_count=_rows_of(Chunk, embedding__isnull=False),
         entity_count=_rows_of(Entity, published=True),
         relation_count=_rows_of(Relation, published=True),
+        disabled_documents=_rows_of(Document, enabled=False, superseded_by__isnull=True),
     )
 
 

@@ -1,7 +1,8 @@
 from django import forms
 
-from knowledge.models import ModelEndpoint, Role, Workspace
+from knowledge.models import ModelEndpoint, Role, Source, Workspace
 from knowledge.rag.parsing import ACCEPTED_TYPES
+from knowledge.services import scopes
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -34,12 +35,77 @@ class UploadForm(forms.Form):
     )
     title = forms.CharField(max_length=300, required=False, help_text="Title of the pasted text.")
     text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False, label="Or paste text")
+    tags = forms.CharField(
+        max_length=1000,
+        required=False,
+        help_text="Separated by commas; a question can be scoped to them. A new version keeps its document's tags.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
 
     def clean(self):
         cleaned = super().clean()
         if not cleaned.get("files") and not (cleaned.get("text") or "").strip():
             raise forms.ValidationError("Choose at least one file or paste some text.")
         return cleaned
+
+
+class DocumentLabelForm(forms.Form):
+    tags = forms.CharField(max_length=1000, required=False, help_text="Separated by commas.")
+    enabled = forms.BooleanField(
+        required=False,
+        label="Questions read this document",
+        help_text="A disabled document stays but is not retrieved.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
+
+
+class DocumentReplaceForm(forms.Form):
+    file = forms.FileField(
+        label="New version",
+        widget=forms.ClearableFileInput(attrs={"accept": ",".join(ACCEPTED_TYPES)}),
+        help_text=(
+            "Unchanged passages keep what was extracted from them; "
+            "the current version is served until this one is read."
+        ),
+    )
+
+
+class SourceForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(choices=Source.Kind.choices, label="Kind")
+    location = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=(
+            "A folder on the server (under the folders the administrator allows); page URLs, one a line, "
+            "or a sitemap's URL; a git repository's https URL or a local path."
+        ),
+    )
+    branch = forms.CharField(max_length=200, required=False, help_text="Git only; empty: the default branch.")
+    tags = forms.CharField(max_length=1000, required=False, help_text="Given to every document it brings.")
+    interval_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60, initial=60, label="Sync every (minutes)")
+    grace_hours = forms.IntegerField(
+        min_value=0,
+        max_value=24 * 90,
+        initial=24,
+        label="Keep missing documents for (hours)",
+        help_text="A document whose file disappeared is removed only after this.",
+    )
+
+    def clean_tags(self):
+        try:
+            return scopes.parse_tags(self.cleaned_data["tags"])
+        except scopes.TagsInvalid as err:
+            raise forms.ValidationError(str(err)) from None
 
 
 class WorkspaceCreateForm(forms.ModelForm):

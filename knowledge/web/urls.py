@@ -3,7 +3,7 @@ under the `knowledge` namespace."""
 
 from django.urls import path
 
-from knowledge.web import analytics, evaluation, model_settings, views
+from knowledge.web import analytics, evaluation, model_settings, sources, views
 
 urlpatterns = [
     path("workspaces/new/", views.workspace_new, name="workspace_new"),
@@ -14,6 +14,15 @@ urlpatterns = [
     path("workspaces/<slug:slug>/documents/<int:pk>/", views.document, name="document"),
     path("workspaces/<slug:slug>/documents/<int:pk>/retry/", views.document_retry, name="document_retry"),
     path("workspaces/<slug:slug>/documents/<int:pk>/delete/", views.document_delete, name="document_delete"),
+    path("workspaces/<slug:slug>/documents/<int:pk>/label/", views.document_label, name="document_label"),
+    path("workspaces/<slug:slug>/documents/<int:pk>/replace/", views.document_replace, name="document_replace"),
+    path(
+        "workspaces/<slug:slug>/documents/<int:pk>/prune/", views.document_version_prune, name="document_version_prune"
+    ),
+    path("workspaces/<slug:slug>/sources/", sources.sources, name="sources"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/", sources.source, name="source"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/sync/", sources.source_sync, name="source_sync"),
+    path("workspaces/<slug:slug>/sources/<int:pk>/delete/", sources.source_delete, name="source_delete"),
     path("workspaces/<slug:slug>/entities/", views.entities, name="entities"),
     path("workspaces/<slug:slug>/entities/<int:pk>/", views.entity, name="entity"),
     path("workspaces/<slug:slug>/graph/", views.graph, name="graph"),

@@ -19,8 +19,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from knowledge import selectors
 from knowledge.models import ROLE_RANK, Document, Membership, Role, Workspace
 from knowledge.rag import llm, parsing
-from knowledge.services import events, export, ingestion, invitations, ratelimits, workspaces
+from knowledge.services import events, export, ingestion, invitations, ratelimits, scopes, workspaces
 from knowledge.web.forms import (
+    DocumentLabelForm,
+    DocumentReplaceForm,
     InviteForm,
     MemberAddForm,
     MemberRoleForm,
@@ -91,14 +93,14 @@ def workspace_new(request):
 @require_GET
 def workspace(request, slug):
     workspace = _workspace(request, slug)
-    statuses = dict(workspace.documents.order_by().values_list("status").annotate(n=Count("*")))
+    statuses = dict(workspace.documents.current().order_by().values_list("status").annotate(n=Count("*")))
     context = _context(
         workspace,
         statuses=[(label, statuses.get(value, 0)) for value, label in Document.Status.choices],
         document_total=sum(statuses.values()),
         engine=llm.engine_description(),
         member_count=workspace.memberships.count(),
-        recent_documents=workspace.documents.defer("text")[:5],
+        recent_documents=workspace.documents.current().defer("text")[:5],
     )
     return render(request, "knowledge/workspace.html", context)
 
@@ -140,10 +142,11 @@ def _upload_one(request, workspace, *, filename: str, shown: str | None = None, 
         document = ingestion.document_create(workspace=workspace, user=request.user, filename=filename, **content)
     except ingestion.DocumentRejected as err:
         return _rejected(shown, err)
+    queued = f"version {document.version} of" if document.version > 1 else "as"
     return {
         "name": shown,
         "level": "success",
-        "message": f"{shown}: queued as “{document.title}”.",
+        "message": f"{shown}: queued {queued} “{document.title}”.",
         "document": {
             "id": document.pk,
             "title": document.title,
@@ -176,6 +179,7 @@ def _rejected(name: str, err: Exception) -> dict:
 
 def _upload_results(request, workspace, form) -> list[dict]:
     results = []
+    tags = form.cleaned_data["tags"]
     paths, names = request.POST.getlist("path"), request.POST.getlist("name")
     for index, uploaded in enumerate(form.cleaned_data["files"]):
         shown, own = _upload_name(
@@ -189,11 +193,15 @@ def _upload_results(request, workspace, form) -> list[dict]:
             continue
         # A file from a folder is titled by its path there; the document's file name is its own.
         title = shown if shown != own else None
-        results.append(_upload_one(request, workspace, filename=own, shown=shown, data=uploaded.read(), title=title))
+        results.append(
+            _upload_one(request, workspace, filename=own, shown=shown, data=uploaded.read(), title=title, tags=tags)
+        )
     text = form.cleaned_data["text"]
     if text.strip():
         title = form.cleaned_data["title"].strip() or None
-        results.append(_upload_one(request, workspace, filename=title or "Pasted text", text=text, title=title))
+        results.append(
+            _upload_one(request, workspace, filename=title or "Pasted text", text=text, title=title, tags=tags)
+        )
     return results
 
 
@@ -264,9 +272,72 @@ def document(request, slug, pk):
         regions=[(f"{r.kind}-{r.number}", r.name or f"{r.kind} {r.number}") for r in structure.regions],
         language=structure.language,
         written_in=_language_name(document.language),
+        versions=ingestion.versions_of(document=document),
+        label_form=DocumentLabelForm(initial={"tags": ", ".join(document.tags), "enabled": document.enabled}),
+        replace_form=DocumentReplaceForm(),
     )
     context["chunk_count"] = document.chunks.count()
     return render(request, "knowledge/document.html", context)
+
+
+@login_required
+@require_POST
+def document_label(request, slug, pk):
+    """Tags and the enabled flag of the current version (a new version inherits them)."""
+    workspace = _workspace(request, slug, Role.EDITOR)
+    document = _document(workspace, pk)
+    form = DocumentLabelForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(error for errors in form.errors.values() for error in errors))
+    elif document.superseded_by_id is not None:
+        messages.error(request, "Tags belong to the current version; change them there.")
+    else:
+        scopes.document_label(
+            document=document, tags=form.cleaned_data["tags"], enabled=form.cleaned_data["enabled"], actor=request.user
+        )
+        messages.success(request, f"Saved the tags of “{document.title}”.")
+    return redirect("knowledge:document", slug=workspace.slug, pk=document.pk)
+
+
+@login_required
+@require_POST
+def document_replace(request, slug, pk):
+    """Upload a new version of this document, whatever the new file is called."""
+    workspace = _workspace(request, slug, Role.EDITOR)
+    document = _document(workspace, pk)
+    form = DocumentReplaceForm(request.POST, request.FILES)
+    if not form.is_valid():
+        messages.error(request, " ".join(error for errors in form.errors.values() for error in errors))
+        return redirect("knowledge:document", slug=workspace.slug, pk=document.pk)
+    uploaded = form.cleaned_data["file"]
+    try:
+        ratelimits.rate_limit_check(limit="RATE_LIMIT_UPLOAD", user=request.user)
+        ingestion.check_upload_size(uploaded.name, uploaded.size)
+    except (ratelimits.RateLimited, ingestion.DocumentRejected) as err:
+        messages.error(request, str(err))
+        return redirect("knowledge:document", slug=workspace.slug, pk=document.pk)
+    result = _upload_one(request, workspace, filename=uploaded.name, data=uploaded.read(), replace=document)
+    if result["level"] != "success":
+        messages.error(request, result["message"])
+        return redirect("knowledge:document", slug=workspace.slug, pk=document.pk)
+    messages.success(request, result["message"])
+    return redirect("knowledge:document", slug=workspace.slug, pk=result["document"]["id"])
+
+
+@login_required
+@require_POST
+def document_version_prune(request, slug, pk):
+    """Delete an older version from the history."""
+    workspace = _workspace(request, slug, Role.EDITOR)
+    document = _document(workspace, pk)
+    current = document.superseded_by_id
+    try:
+        ingestion.version_prune(document=document, actor=request.user)
+    except ingestion.VersionRefused as err:
+        messages.error(request, str(err))
+        return redirect("knowledge:document", slug=workspace.slug, pk=document.pk)
+    messages.success(request, f"Deleted version {document.version} of “{document.title}”.")
+    return redirect("knowledge:document", slug=workspace.slug, pk=current)
 
 
 def _language_name(code: str) -> str:

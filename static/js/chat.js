@@ -52,6 +52,21 @@
     follow();
   });
 
+  // ---- Scope: the documents a question may read (templates/chat/_scope_picker.html) ----------
+
+  function scopeFilters() {
+    const picked = (name) => [...document.querySelectorAll(`#ask-scope [name="${name}"]:checked`)].map((box) => box.value);
+    return { tags: picked("scope_tag"), documents: picked("scope_document").map(Number) };
+  }
+
+  $("ask-scope")?.addEventListener("change", () => {
+    const { tags, documents } = scopeFilters();
+    const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+    $("scope-summary").textContent = tags.length || documents.length
+      ? `${plural(tags.length, "tag")}, ${plural(documents.length, "document")}`
+      : "all documents";
+  });
+
   // ---- Asking and streaming --------------------------------------------------------------
 
   document.body.addEventListener("htmx:wsConfigSend", (event) => {

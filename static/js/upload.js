@@ -117,6 +117,7 @@
       body.append("path", path);
       // The name as the browser has it: the server's multipart parser cuts a name at a slash.
       body.append("name", file.name);
+      body.append("tags", document.getElementById("id_tags")?.value || "");
       const request = new XMLHttpRequest();
       request.open("POST", zone.dataset.uploadUrl);
       request.setRequestHeader("Accept", "application/json");

@@ -103,7 +103,8 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
 
     # Tokens arrive while the answer is still streaming, as text; the server's rendering replaces it.
     page.wait_for_function(
-        "() => (document.querySelector('.answer-body.streaming') || {}).textContent?.includes('**first')",
+        "() => (document.querySelector('.answer-body.streaming') || {}).textContent"
+        "?.includes('**first published algorithm**')",
         timeout=30_000,
     )
     partial = page.inner_text(".message-assistant .answer-body")

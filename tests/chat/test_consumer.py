@@ -138,6 +138,24 @@ async def test_it_continues_a_conversation_with_its_history(handbook_workspace, 
     await communicator.disconnect()
 
 
+async def test_a_scoped_question_reads_only_its_scope_and_its_conversation_remembers_it(
+    handbook_workspace, viewer, chat_model
+):
+    communicator = await open_socket(viewer)
+
+    events = await ask(communicator, mode="naive", filters={"tags": ["Elsewhere"], "documents": []})
+
+    assert events[-1]["type"] == "done"
+    assert events[0]["citations"] == []
+    conversation = await database_sync_to_async(Conversation.objects.get)(pk=events[-1]["conversation"])
+    assert conversation.scope == {"tags": ["elsewhere"], "documents": []}
+    everything = await ask(communicator, mode="naive", conversation=conversation.pk, filters={})
+    assert everything[0]["citations"]
+    await database_sync_to_async(conversation.refresh_from_db)()
+    assert conversation.scope == {}
+    await communicator.disconnect()
+
+
 async def test_it_refuses_to_continue_another_users_private_conversation(handbook_workspace, owner, viewer, chat_model):
     private = await database_sync_to_async(Conversation.objects.create)(workspace=handbook_workspace, user=owner)
     communicator = await open_socket(viewer)
@@ -379,7 +397,7 @@ async def test_it_keeps_members_of_one_workspace_out_of_another(handbook_workspa
     assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4403}
 
 
-async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
+async def test_an_answer_costs_its_retrieval_and_ten_queries_of_bookkeeping(
     handbook_workspace, viewer, chat_model, every_query
 ):
     communicator = await open_socket(viewer)
@@ -394,12 +412,12 @@ async def test_an_answer_costs_its_retrieval_and_six_queries_of_bookkeeping(
     events = await ask(communicator, mode="local")
 
     assert events[-1]["type"] == "done"
-    # Retrieval: the keyword cache read and write, the entity search, its one-hop relations,
-    # provenance, the subgraph's edges. The subgraph's descriptions came with them.
-    assert events[0]["sql_queries"] == 6
+    # Retrieval: the keyword cache read and write, the entity search, its one-hop relations, the
+    # walk's edges, provenance, the subgraph's edges. The subgraph's descriptions came with them.
+    assert events[0]["sql_queries"] == 7
     # The gate (membership, documents), the question (a conversation, its title and time, the
     # message), the answer, and the record of the question (started, completed, tied to the answer).
-    assert len(every_query) == 6 + 6 + 3
+    assert len(every_query) == 7 + 2 + 4 + 1 + 3
     await communicator.disconnect()
 
 

@@ -8,7 +8,7 @@ from chat.models import ChatPreferences, Conversation, Message
 from knowledge.models import Document, Entity, Role
 from knowledge.services import ingestion
 from tests.chat.conftest import build_handbook
-from tests.factories import make_entity, make_user, make_workspace
+from tests.factories import make_document, make_entity, make_user, make_workspace
 
 XSS_DOCUMENT = (
     "Intro. <script>alert('doc')</script> <img src=x onerror=alert(1)> "
@@ -403,3 +403,21 @@ def test_it_shows_the_sources_of_an_answer_the_reader_may_read(client, team, own
     assert client.get(reverse("chat:sources", args=["acme", private.pk])).status_code == 404
     client.force_login(outsider)
     assert client.get(reverse("chat:sources", args=["acme", mine.pk])).status_code == 404
+
+
+def test_the_scope_picker_offers_tags_and_documents_and_shows_the_conversations_scope(client, team):
+    workspace, viewer, _ = team
+    handbook = make_document(workspace, title="Handbook")
+    Document.objects.filter(pk=handbook.pk).update(tags=["policies", "people"])
+    make_document(workspace, title="Minutes")
+    conversation = conversation_with_answer(workspace, viewer)
+    Conversation.objects.filter(pk=conversation.pk).update(scope={"tags": ["people"], "documents": [handbook.pk]})
+    client.force_login(viewer)
+
+    fresh = client.get(reverse("chat:new", args=[workspace.slug])).content.decode()
+    page = client.get(reverse("chat:conversation", args=[workspace.slug, conversation.pk])).content.decode()
+
+    assert 'Scope: <span id="scope-summary">all documents</span>' in fresh
+    assert re.findall(r'name="scope_tag" value="(\w+)"( checked)?', page) == [("people", " checked"), ("policies", "")]
+    assert f'name="scope_document" value="{handbook.pk}" checked' in page
+    assert "Minutes" in page

@@ -1,8 +1,9 @@
 """Which provenance a graph row's values come from.
 
 A served row says only what published documents say; a document's build adds its own sources
-(knowledge.rag.graph.staging). Rebuilds and publishing compare these fingerprints to know whether
-what they computed still holds.
+(knowledge.rag.graph.staging) and, for a new version, leaves out the sources of the version it
+replaces, which its publishing transaction retires (knowledge.services.ingestion.versions).
+Rebuilds and publishing compare these fingerprints to know whether what they computed still holds.
 """
 
 from knowledge.models import Document
@@ -18,12 +19,15 @@ def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
 
 def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], document_id: int | None) -> dict:
     """row id -> its visible sources as (id, *columns), in id order."""
+    rows = model.objects.filter(**{f"{field}__in": ids})
+    replaced = (
+        Document.objects.filter(pk=document_id).values_list("replaces_id", flat=True).first() if document_id else None
+    )
+    if replaced is not None:
+        # Rows only the retiring version supports keep their values until it goes with them.
+        rows = rows.exclude(chunk__document_id=replaced)
     everything: dict[int, list[tuple]] = {}
-    for row in (
-        model.objects.filter(**{f"{field}__in": ids})
-        .order_by("id")
-        .values_list(field, "id", *columns, "chunk__document__status", "chunk__document_id")
-    ):
+    for row in rows.order_by("id").values_list(field, "id", *columns, "chunk__document__status", "chunk__document_id"):
         everything.setdefault(row[0], []).append(row[1:])
     return {pk: [row[:-2] for row in _visible(rows, document_id)] for pk, rows in everything.items()}
 

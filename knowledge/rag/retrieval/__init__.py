@@ -58,6 +58,7 @@ from knowledge.rag.retrieval.results import (
     RelationRow,
     RetrievalResult,
 )
+from knowledge.rag.retrieval.scope import Scope
 from knowledge.rag.retrieval.searches import (
     chunks_nearest,
     chunks_supporting,
@@ -81,6 +82,7 @@ __all__ = [
     "QueryVectors",
     "RelationRow",
     "RetrievalResult",
+    "Scope",
     "extract_keywords",
     "nlp_keywords",
     "parse_keywords",
@@ -170,6 +172,7 @@ def retrieve(
     budgets: Budgets | dict | None = None,
     vectors: QueryVectors | None = None,
     usage: llm.Usage | None = None,
+    scope: Scope | None = None,
 ) -> RetrievalResult:
     """Build the context for a question. Raises ValueError on an unknown mode, llm.LLMError when
     a model call (keywords, embeddings) fails. What people may ask for (the limits of top_k and
@@ -193,13 +196,14 @@ def retrieve(
                 vectors=vectors or QueryVectors(),
                 usage=usage,
                 stats=stats,
+                scope=scope,
             )
     result.stats["sql_queries"] = stats.sql_queries
     result.stats["timings"] = stats.timings
     return result
 
 
-def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets, vectors, usage, stats) -> None:
+def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets, vectors, usage, stats, scope) -> None:
     mode, question = result.mode, result.question
     # The language the question is read in: its keywords, follow-up rules and answer terms.
     result.stats["language"] = language.of(question).code
@@ -227,14 +231,20 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             k=top_k,
             floor=floor,
             budgets=budgets,
+            scope=scope,
         )
     if mode in _GLOBAL_MODES:
         searches["global"] = lambda: relations_nearest(
-            workspace=workspace, vector=vectors.high_level, k=top_k, min_similarity=floor
+            workspace=workspace, vector=vectors.high_level, k=top_k, min_similarity=floor, scope=scope
         )
     if mode in _CHUNK_SEARCH_MODES:
         searches["chunks"] = lambda: chunks_nearest(
-            workspace=workspace, vector=vectors.question, text=question, k=chunk_top_k, min_similarity=floor
+            workspace=workspace,
+            vector=vectors.question,
+            text=question,
+            k=chunk_top_k,
+            min_similarity=floor,
+            scope=scope,
         )
     found = run_together(searches, wrapper=stats.count_query)
     stats.lap("search")
@@ -277,6 +287,7 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             found_chunks=found_chunks,
             seed_entities=_seed_entities(found_entities, found.get("global", []), mode),
             vector=vectors.question,
+            scope=scope,
         )[:chunk_top_k]
     stats.lap("walk")
 
@@ -288,10 +299,11 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
             chunk_ids=walked,
             entity_ids=[row.entity_id for row in result.entities],
             relation_ids=[row.relation_id for row in result.relations],
+            scope=scope,
         )
     if len(node_ids) > 1:
         lookups["edges"] = lambda: relations_among_entities(
-            workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES
+            workspace=workspace, entity_ids=node_ids, limit=SUBGRAPH_MAX_EDGES, scope=scope
         )
     looked_up = run_together(lookups, wrapper=stats.count_query)
     provenance = looked_up.get("provenance", [])
@@ -382,7 +394,7 @@ def _seed_entities(found_entities, found_relations, mode) -> list[int]:
     return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:WALK_SEED_ENTITIES]
 
 
-def _walk(*, workspace, found_chunks, seed_entities, vector) -> list[int]:
+def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]:
     """Passage ids ranked by the walk from the found passages and the seed entities (walk.py)."""
     if not found_chunks and not seed_entities:
         return []
@@ -405,6 +417,7 @@ def _walk(*, workspace, found_chunks, seed_entities, vector) -> list[int]:
         entity_ids=seed_entities,
         vector=vector,
         fanout=WALK_FANOUT,
+        scope=scope,
     )
     graph = [(("e", entity), ("c", chunk), 1.0) for entity, chunk in edges.mentions]
     graph += [(("e", a), ("e", b), 1.0) for a, b in edges.synonyms]
@@ -431,15 +444,16 @@ def _reranked(result: RetrievalResult, candidates: list[ChunkRow]) -> list[Chunk
     return [candidates[index] for index, _ in order]
 
 
-def _local_search(*, workspace, vector, names, k, floor, budgets) -> tuple[list, list[dict]]:
+def _local_search(*, workspace, vector, names, k, floor, budgets, scope) -> tuple[list, list[dict]]:
     """The entities nearest to the low-level keywords or named by them, and their one-hop relations."""
-    found = entities_nearest(workspace=workspace, vector=vector, names=names, k=k, min_similarity=floor)
+    found = entities_nearest(workspace=workspace, vector=vector, names=names, k=k, min_similarity=floor, scope=scope)
     if not found:
         return [], []
     one_hop = relations_around_entities(
         workspace=workspace,
         entity_ids=[entity.pk for entity in found],
         limit=budgets.relations // _MIN_RELATION_ROW_TOKENS + 1,
+        scope=scope,
     )
     return found, one_hop
 

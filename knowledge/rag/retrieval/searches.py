@@ -15,6 +15,7 @@ from pgvector.django import CosineDistance
 
 from knowledge.models import Chunk, Entity, Relation, Workspace
 from knowledge.rag.language import CJK_CHARACTERS
+from knowledge.rag.retrieval.scope import Scope, chunk_clause, hidden_clause, relations_in_scope, row_clause
 
 
 def degree_of(entity: str = "") -> Coalesce:
@@ -122,7 +123,7 @@ WITH vector_hits AS MATERIALIZED (
     FROM (
         SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
         FROM knowledge_chunk x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
         ORDER BY {order}
         LIMIT %(k)s
     ) nearest
@@ -134,7 +135,7 @@ WITH vector_hits AS MATERIALIZED (
         FROM (
             SELECT x.id, x.search FROM knowledge_chunk x
             -- As on the vector side, a chunk without its vector is not served (not published yet).
-            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+            WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
               AND x.search @@ to_tsquery('english', cjk_bigrams(%(terms)s))
             LIMIT %(candidates)s
         ) m, (SELECT to_tsquery('english', cjk_bigrams(%(terms)s)) AS query) q
@@ -170,13 +171,15 @@ def chunks_nearest(
     k: int,
     min_similarity: float | None = None,
     text: str = "",
+    scope: Scope | None = None,
 ) -> list[Chunk]:
     """The k best chunks of the workspace for a question, in one query: the chunks nearest to
     `vector` by cosine and the chunks that best match the identifiers `text` names (Postgres
     full-text search, see identifier_terms), fused by reciprocal rank; on equal scores the words'
     ranking goes first (an exact word is the sharper signal). Each has `document_title`, `score`,
     `distance` (None when only the words found it) and `lexical_rank` (None when only the vector
-    found it)."""
+    found it). Only chunks of documents in `scope` (scope.py)."""
+    clause, scope_params = chunk_clause("x.document_id", workspace, scope)
     params = {
         "workspace_id": workspace.pk,
         "vector": _vector_literal(vector),
@@ -185,8 +188,9 @@ def chunks_nearest(
         "terms": identifier_terms(text),
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
+        **scope_params,
     }
-    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count))
+    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count), scope=clause)
     return list(Chunk.objects.raw(sql, params))
 
 
@@ -196,7 +200,7 @@ WITH vector_hits AS MATERIALIZED (
     FROM (
         SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL
+        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
         ORDER BY {order}
         LIMIT %(k)s
     ) nearest
@@ -204,12 +208,12 @@ WITH vector_hits AS MATERIALIZED (
 ), named AS MATERIALIZED (
     SELECT x.id, x.key = ANY(%(keys)s) AS exact, length(x.name) AS name_length
     FROM knowledge_entity x
-    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published
+    WHERE x.workspace_id = %(workspace_id)s AND x.key = ANY(%(keys)s) AND x.published{scope}
     UNION
     SELECT * FROM (
         SELECT x.id, x.key = ANY(%(keys)s), length(x.name)
         FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.published
+        WHERE x.workspace_id = %(workspace_id)s AND x.published{scope}
           AND x.search @@ to_tsquery('simple', cjk_bigrams(%(names)s))
         LIMIT %(candidates)s
     ) partial
@@ -249,13 +253,16 @@ def entities_nearest(
     k: int,
     min_similarity: float | None = None,
     names: Sequence[str] = (),
+    scope: Scope | None = None,
 ) -> list[Entity]:
     """The k best entities of the workspace, in one query: those nearest to `vector` by cosine
     and those named by `names` (the low-level keywords), fused by reciprocal rank. An entity whose
     key equals a name comes first; one whose name holds all the words of a name comes next in the
-    name ranking, shortest name first. Each has `.distance`, `.degree` and `.exact`."""
+    name ranking, shortest name first. Each has `.distance`, `.degree` and `.exact`. Only entities
+    a chunk of a document in `scope` supports."""
     from knowledge.rag.names import entity_key
 
+    clause, scope_params = row_clause("entity", "x.id", workspace, scope)
     phrases = [" <-> ".join(f"'{word}'" for word in search_terms(name).replace("'", "").split(" | ")) for name in names]
     params = {
         "workspace_id": workspace.pk,
@@ -266,8 +273,9 @@ def entities_nearest(
         "names": " | ".join(f"({phrase})" for phrase in phrases if phrase != "''"),
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
+        **scope_params,
     }
-    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count))
+    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count), scope=clause)
     return list(Entity.objects.raw(sql, params))
 
 
@@ -277,11 +285,13 @@ def relations_nearest(
     vector: Sequence[float],
     k: int,
     min_similarity: float | None = None,
+    scope: Scope | None = None,
 ) -> list[Relation]:
     """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
-    type, description) and their degrees as `.source_degree` and `.target_degree`."""
+    type, description) and their degrees as `.source_degree` and `.target_degree`; only those a
+    chunk of a document in `scope` supports."""
     return _nearest(
-        Relation.objects.filter(workspace=workspace)
+        relations_in_scope(Relation.objects.filter(workspace=workspace), workspace, scope)
         .select_related("source", "target")
         .only(
             "pk",
@@ -312,7 +322,7 @@ WITH candidates AS MATERIALIZED (
            coalesce((SELECT degree FROM knowledge_entitydegree WHERE entity_id = c.target_id), 0) AS target_degree
     FROM knowledge_relation c
     WHERE c.workspace_id = %(workspace_id)s AND c.published
-      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s))
+      AND (c.source_id = ANY(%(ids)s) OR c.target_id = ANY(%(ids)s)){scope}
 ), ranked AS (
     SELECT * FROM candidates ORDER BY source_degree + target_degree DESC, weight DESC, id LIMIT %(limit)s
 )
@@ -345,7 +355,9 @@ _AROUND_COLUMNS = (
 )
 
 
-def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
+def relations_around_entities(
+    *, workspace: Workspace, entity_ids: Iterable[int], limit: int, scope: Scope | None = None
+) -> list[dict]:
     """The relations touching any of the entities, best first by (edge rank, weight), in one query.
 
     Each row is a dict with the relation's fields, both endpoints' name, type and degree
@@ -353,18 +365,21 @@ def relations_around_entities(*, workspace: Workspace, entity_ids: Iterable[int]
     endpoint that is not one of `entity_ids` (`source_description`, `target_description`; "" for
     those that are).
     """
-    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit}
+    clause, scope_params = row_clause("relation", "c.id", workspace, scope)
+    params = {"workspace_id": workspace.pk, "ids": list(entity_ids), "limit": limit, **scope_params}
     with connection.cursor() as cursor:
-        cursor.execute(_RELATIONS_AROUND_SQL, params)
+        cursor.execute(_RELATIONS_AROUND_SQL.format(scope=clause), params)
         return [dict(zip(_AROUND_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
 
 
-def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int], limit: int) -> list[dict]:
-    """The relations whose two endpoints are both among the entities, heaviest first, in one query:
-    dicts with id, source_id, target_id, weight, keywords and description."""
+def relations_among_entities(
+    *, workspace: Workspace, entity_ids: Iterable[int], limit: int, scope: Scope | None = None
+) -> list[dict]:
+    """The relations in `scope` whose two endpoints are both among the entities, heaviest first, in
+    one query: dicts with id, source_id, target_id, weight, keywords and description."""
     ids = list(entity_ids)
     return list(
-        Relation.objects.published()
+        relations_in_scope(Relation.objects.published(), workspace, scope)
         .filter(workspace=workspace, source_id__in=ids, target_id__in=ids)
         .order_by("-weight", "pk")
         .values("id", "source_id", "target_id", "weight", "keywords", "description")[:limit]
@@ -375,7 +390,8 @@ def relations_among_entities(*, workspace: Workspace, entity_ids: Iterable[int],
 # and the seed entities, their synonyms, and for each of those entities the `fanout` passages that
 # mention it nearest to the question (of the first WALK_SCAN of its mentions, so a hub mentioned
 # by thousands of passages costs a bounded number of distances). Only what is served is walked:
-# published entities, passages of processed documents with their vector.
+# published entities, passages of processed documents with their vector; and only what the
+# question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
 WITH hop AS MATERIALIZED (
     SELECT s.entity_id AS id FROM knowledge_entitysource s WHERE s.chunk_id = ANY(%(chunk_ids)s)
@@ -389,9 +405,10 @@ WITH hop AS MATERIALIZED (
     SELECT e.id FROM knowledge_entity e
     WHERE e.workspace_id = %(workspace_id)s AND e.published
       AND e.id IN (SELECT id FROM hop UNION SELECT source_id FROM synonyms UNION SELECT target_id FROM synonyms)
+      {entity_scope}
 ), served AS (
     SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
-    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'
+    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
 )
 SELECT 'M', s.entity_id, s.chunk_id, NULL::float
 FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id
@@ -430,11 +447,15 @@ def walk_edges(
     entity_ids: Sequence[int],
     vector: Sequence[float],
     fanout: int,
+    scope: Scope | None = None,
 ) -> WalkEdges:
-    """The edges around the seed passages and entities that a walk spreads over, in one query."""
+    """The edges around the seed passages and entities that a walk spreads over, in one query;
+    only entities and passages of documents in `scope`."""
     edges = WalkEdges()
     if not chunk_ids and not entity_ids:
         return edges
+    entity_scope, scope_params = row_clause("entity", "e.id", workspace, scope)
+    chunk_scope, _ = chunk_clause("c.document_id", workspace, scope)
     params = {
         "workspace_id": workspace.pk,
         "chunk_ids": list(chunk_ids),
@@ -442,9 +463,10 @@ def walk_edges(
         "vector": _vector_literal(vector),
         "fanout": fanout,
         "scan": WALK_SCAN,
+        **scope_params,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_WALK_SQL, params)
+        cursor.execute(_WALK_SQL.format(entity_scope=entity_scope, chunk_scope=chunk_scope), params)
         for kind, a, b, distance in cursor.fetchall():
             if kind == "S":
                 edges.synonyms.append((a, b))
@@ -459,7 +481,7 @@ _CHUNKS_SUPPORTING_SQL = """
 WITH hidden AS (
     -- Chunks of documents not published yet (or failed): nothing is served from them.
     SELECT c.id FROM knowledge_document d JOIN knowledge_chunk c ON c.document_id = d.id
-    WHERE d.workspace_id = %(workspace_id)s AND d.status <> 'processed'
+    WHERE d.workspace_id = %(workspace_id)s AND (d.status <> 'processed'{scope})
 ), entity_rows AS (
     SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), relation_rows AS (
@@ -523,12 +545,13 @@ def chunks_supporting(
     chunk_ids: Sequence[int],
     entity_ids: Sequence[int],
     relation_ids: Sequence[int],
+    scope: Scope | None = None,
 ) -> list[dict]:
     """The given passages with their text, in their order (`in_top`), then, without text, the
     best-supported passage of every given entity and relation not among them, so each can be
     cited; in one query. A passage's `support` is how many of the given entities and relations it
     was extracted for, and `links` lists them as (kind "E" or "R", id, description in that
-    passage). Passages of documents not published are left out."""
+    passage). Passages of documents not published, or not in `scope`, are left out."""
     if not chunk_ids and not entity_ids and not relation_ids:
         return []
     params = {
@@ -537,6 +560,8 @@ def chunks_supporting(
         "entity_ids": list(entity_ids),
         "relation_ids": list(relation_ids),
     }
+    clause, scope_params = hidden_clause("d.id", workspace, scope)
+    params.update(scope_params)
     with connection.cursor() as cursor:
-        cursor.execute(_CHUNKS_SUPPORTING_SQL, params)
+        cursor.execute(_CHUNKS_SUPPORTING_SQL.format(scope=clause), params)
         return [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in cursor.fetchall()]

@@ -45,9 +45,11 @@ from knowledge.services.ingestion.uploads import (
     upload_limit_bytes,
     wake_workers,
 )
+from knowledge.services.ingestion.versions import VersionRefused, version_prune, versions_of
 
 __all__ = [
     "DocumentRejected",
+    "VersionRefused",
     "IngestInterrupted",
     "check_upload_size",
     "chunk_embedding_text",
@@ -62,6 +64,8 @@ __all__ = [
     "release_dead_leases",
     "sweep",
     "upload_limit_bytes",
+    "version_prune",
+    "versions_of",
     "wake_workers",
     "worker_identity",
 ]

@@ -24,6 +24,7 @@ from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
 from knowledge.rag.graph.vectors import publish_vectors, stage_vectors, stage_vectors_of_others
 from knowledge.rag.tokens import count_tokens
 from knowledge.services import events
+from knowledge.services.ingestion import versions
 
 # Chunks embedded per step: about a minute of the embedded model on a busy machine, so a turn
 # ends soon after its slice and a stopping worker is not kept waiting.
@@ -180,12 +181,16 @@ def _parse(document: Document, owner: str) -> None:
         text, structure = shape.text, shape.to_json()
     content_hash = hashlib.sha256(text.encode()).hexdigest()
     duplicate = (
-        Document.objects.filter(workspace_id=document.workspace_id, content_hash=content_hash)
+        Document.objects.current()
+        .filter(workspace_id=document.workspace_id, content_hash=content_hash)
         .exclude(pk=document.pk)
-        .values_list("title", flat=True)
+        .values_list("pk", "title")
         .first()
     )
+    if duplicate is not None and duplicate[0] == document.replaces_id:
+        raise DocumentRefused(f"{document.title} version {document.version} has the same text as the current version.")
     if duplicate is not None:
+        duplicate = duplicate[1]
         raise DocumentRefused(f"{document.title} has the same text as “{duplicate}”, already in this workspace.")
     parsed = time.perf_counter()
     workspace = document.workspace
@@ -229,6 +234,8 @@ def _parse(document: Document, owner: str) -> None:
                 ],
                 batch_size=500,
             )
+            if document.replaces_id is not None:
+                versions.reuse_unchanged(document=document, engine=extraction.engine_name(), text_hash=_chunk_hash)
     except IntegrityError as err:
         # The same text arrived twice at once: the unique constraint decides.
         raise DocumentRefused(
@@ -247,6 +254,10 @@ def chunk_embedding_text(chunk: Chunk) -> str:
 
 def _text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _chunk_hash(chunk: Chunk) -> str:
+    return _text_hash(chunk_embedding_text(chunk))
 
 
 def _embed(document: Document, owner: str) -> None:
@@ -341,7 +352,7 @@ def _extract(document: Document, owner: str) -> None:
 
 def _building(document: Document) -> dict:
     """The changes that start the build (inside the transaction that merged the last chunks)."""
-    entity_ids, relation_ids = touched_rows(document)
+    entity_ids, relation_ids = rows_to_build(document)
     return {"stage": Stage.BUILDING, "stage_done": 0, "stage_total": len(entity_ids) + len(relation_ids)}
 
 
@@ -356,6 +367,16 @@ def touched_rows(document: Document) -> tuple[list[int], list[int]]:
         RelationSource.objects.filter(chunk__document=document).values_list("relation_id", flat=True).distinct()
     )
     return sorted(entity_ids), sorted(relation_ids)
+
+
+def rows_to_build(document: Document) -> tuple[list[int], list[int]]:
+    """What the build describes: the rows the document touched and, for a new version, the rows
+    the version it replaces touched, so one build covers the whole change."""
+    entity_ids, relation_ids = touched_rows(document)
+    if document.replaces_id is None:
+        return entity_ids, relation_ids
+    old_entities, old_relations = touched_rows(Document(pk=document.replaces_id))
+    return sorted({*entity_ids, *old_entities}), sorted({*relation_ids, *old_relations})
 
 
 def _stage_row_vectors(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
@@ -395,7 +416,8 @@ def _stage_row_vectors(document: Document, entity_ids: list[int], relation_ids: 
 
 def _build_rows(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
     """Describe the rows as they will be once the document is published: rows nobody is served yet
-    are written, the values of served ones wait for the publishing transaction (graph.staging)."""
+    are written, the values of served ones wait for the publishing transaction (graph.staging).
+    A new version's rows are described without the version it replaces (graph.provenance)."""
     usage = llm.Usage()
     try:
         graph.rebuild_entities(entity_ids=entity_ids, usage=usage, document_id=document.pk)
@@ -411,7 +433,7 @@ def _restage(document: Document, entity_ids: list[int], relation_ids: list[int])
 
 def _build(document: Document, owner: str) -> None:
     began = time.perf_counter()
-    entity_ids, relation_ids = touched_rows(document)
+    entity_ids, relation_ids = rows_to_build(document)
     rows = [("entity", pk) for pk in entity_ids] + [("relation", pk) for pk in relation_ids]
     batch = rows[document.stage_done : document.stage_done + BUILD_STEP_ROWS]
     if not batch:
@@ -447,17 +469,21 @@ def _publish(document: Document, owner: str) -> None:
     vectors of its chunks and rows, its new rows and its status, all at once."""
     began = time.perf_counter()
     entity_ids, relation_ids = touched_rows(document)
+    # A new version also staged the values of rows only the version it retires touched.
+    staged_entities, staged_relations = rows_to_build(document)
     # Rows whose provenance changed after the build (another document published, a deletion, a
     # curation merge that renumbered rows) are built again before the transaction, which then
     # only checks, under the locks every writer of provenance takes, that nothing moved since.
-    _restage(document, *unstaged(document_id=document.pk, entity_ids=entity_ids, relation_ids=relation_ids))
+    _restage(document, *unstaged(document_id=document.pk, entity_ids=staged_entities, relation_ids=staged_relations))
     for attempt in range(PUBLISH_ATTEMPTS):
         last = attempt + 1 == PUBLISH_ATTEMPTS
         try:
             with transaction.atomic():
                 _checked(document, owner)
-                lock_staged(workspace_id=document.workspace_id, entity_ids=entity_ids, relation_ids=relation_ids)
-                stale = unstaged(document_id=document.pk, entity_ids=entity_ids, relation_ids=relation_ids)
+                lock_staged(
+                    workspace_id=document.workspace_id, entity_ids=staged_entities, relation_ids=staged_relations
+                )
+                stale = unstaged(document_id=document.pk, entity_ids=staged_entities, relation_ids=staged_relations)
                 if any(stale):
                     if not last:
                         raise _Restage(*stale)
@@ -490,6 +516,7 @@ def _publish(document: Document, owner: str) -> None:
                     entity_count=F("entity_count") + published["entity"],
                     relation_count=F("relation_count") + published["relation"],
                 )
+                versions.retire(document=document)
             metrics.count(metrics.INGEST_TOKENS, document.token_count)
             return
         except _Restage as restage:

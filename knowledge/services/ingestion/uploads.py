@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from knowledge.models import Document, Workspace
 from knowledge.rag import parsing
 from knowledge.services import events
+from knowledge.services.ingestion import versions
 from knowledge.services.workspaces import audit_record
 
 INGEST_TASK = "knowledge.tasks.ingest_next"
@@ -95,6 +96,9 @@ def document_create(
     data: bytes | None = None,
     text: str | None = None,
     title: str | None = None,
+    replace: Document | None = None,
+    match_title: bool = True,
+    tags: list[str] | None = None,
     enqueue: bool = True,
 ) -> Document:
     """Store an upload (or pasted `text`) as a pending document and wake a worker for it.
@@ -103,6 +107,10 @@ def document_create(
     already in the workspace; the worker parses the file. Refusals raise DocumentRejected and
     store nothing. `enqueue=False` is for callers that run `document_ingest` themselves (the
     `ingest` command).
+
+    A file titled like a current document of the workspace (unless not `match_title`), or
+    `replace` given, becomes that document's next version (knowledge.services.ingestion.versions):
+    it takes the old one's place when it is published.
     """
     pasted = text is not None
     check_upload_size(filename, len(text.encode()) if pasted else len(data or b""))
@@ -126,17 +134,25 @@ def document_create(
             raise DocumentRejected(str(err)) from err
         content, file_hash, content_hash = "", hashlib.sha256(data).hexdigest(), ""
         duplicate = Document.objects.filter(workspace=workspace, file_hash=file_hash)
-    existing = duplicate.only("title").first()
+        if replace is None and match_title:
+            replace = versions.replaced_by_upload(workspace=workspace, title=(title or "").strip() or filename)
+    existing = duplicate.current().only("title").first()
+    if existing is not None and existing == replace:
+        raise DocumentRejected(f"{filename} is unchanged: “{existing.title}” already has this text.")
     if existing is not None:
         raise DocumentRejected(f"{filename} has the same text as “{existing.title}”, already in this workspace.")
+    problem = versions.replace_problem(document=replace) if replace is not None else ""
+    if problem:
+        raise DocumentRejected(f"{filename}: {problem}")
     document = Document(
         workspace=workspace,
-        title=_title_for(workspace, filename, content, title, pasted),
+        title=replace.title if replace is not None else _title_for(workspace, filename, content, title, pasted),
         original_filename="" if pasted else filename,
         text=content,
         content_hash=content_hash,
         file_hash=file_hash,
         created_by=user if user is not None and user.is_authenticated else None,
+        **(versions.next_version_fields(replace) if replace is not None else {"tags": tags or []}),
     )
     try:
         with transaction.atomic():

@@ -6,9 +6,9 @@ from django.db import connection
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from knowledge.models import ApiToken, Role
+from knowledge.models import ApiToken, Document, Role
 from knowledge.services.api_tokens import api_token_create
-from tests.factories import make_user
+from tests.factories import make_chunk, make_document, make_user
 from tests.knowledge.team_graph import HIGH, LOW, QUESTION, axis, build_science_graph, build_team_graph
 
 # The ask service retrieves on pool threads with connections of their own, which see only what
@@ -68,6 +68,20 @@ def test_it_answers_a_token_holder_with_the_context_and_its_citations(graph, tok
     assert "context" not in data
     assert data["usage"]["completion_tokens"] > 0
     assert ApiToken.objects.get().last_used_at is not None
+
+
+def test_filters_scope_the_question_to_tagged_documents(graph, token, model, workspace):
+    _, _, chunks = graph
+    elsewhere = make_document(workspace, title="Elsewhere")
+    make_chunk(elsewhere, text="The office is in Paris.", embedding=axis(QUESTION))
+    Document.objects.filter(pk=chunks["shared"].document_id).update(tags=["team"])
+    body = {"question": QUESTION_TEXT, "mode": "mix", "keywords": GIVEN_KEYWORDS}
+
+    everything = post(Client(), body, token=token).json()
+    scoped = post(Client(), {**body, "filters": {"tags": ["Team"]}}, token=token).json()
+
+    assert {citation["document_title"] for citation in everything["citations"]} >= {"Team notes", "Elsewhere"}
+    assert {citation["document_title"] for citation in scoped["citations"]} == {"Team notes"}
 
 
 def test_it_extracts_keywords_with_the_model_when_none_are_given(graph, token, model):
@@ -191,6 +205,8 @@ def test_it_keeps_the_csrf_check_for_session_users_only(graph, workspace, owner,
         ({"question": "Hi", "history": [{"role": "system", "content": "x"}]}, "'history' must be a list"),
         ({"question": "Hi", "max_total_tokens": -1}, "'max_total_tokens' must be a whole number"),
         ({"question": "Hi", "topk": 5}, "Unknown field 'topk'"),
+        ({"question": "Hi", "filters": ["handbook"]}, "'filters' must be an object"),
+        ({"question": "Hi", "filters": {"documents": ["7"]}}, "'filters.documents' must be a list of document ids"),
     ],
 )
 def test_it_rejects_bad_input_with_a_clear_message(workspace, token, body, message):

@@ -21,10 +21,19 @@ from knowledge.services.asking import AskInvalid
         ("acme:latest", Model("acme", None)),
         ("acme:local", Model("acme", "local")),
         ("acme:bypass", Model("acme", "bypass")),
+        ("acme/handbook", Model("acme", None, "handbook")),
+        ("acme/handbook:latest", Model("acme", None, "handbook")),
+        ("acme/handbook:local", Model("acme", "local", "handbook")),
     ],
 )
 def test_it_reads_a_model_name_as_a_workspace_and_a_mode(name, model):
     assert parse_model(name) == model
+
+
+def test_a_model_named_after_a_tag_scopes_the_question_to_it():
+    request = chat_request(model=parse_model("acme/Handbook:local"), question="Who?")
+
+    assert (request.mode, request.scope.tags, request.scope.documents) == ("local", ("handbook",), ())
 
 
 @pytest.mark.parametrize("name", ["acme:deep", "", None, 3])

@@ -41,7 +41,7 @@ async def test_it_lists_its_tools_and_asks_a_workspace(served_team, served_doubl
         answer = await call(client, "ask", workspace="acme", question=QUESTION_TEXT, mode="local", top_k=10)
 
     assert set(tools) == TOOLS
-    assert set(tools["ask"].input_schema["properties"]) == {"workspace", "question", "mode", "top_k"}
+    assert set(tools["ask"].input_schema["properties"]) == {"workspace", "question", "mode", "top_k", "filters"}
     assert [row["slug"] for row in workspaces["result"]] == ["acme", "empty"]
     assert workspaces["result"][0]["role"] == "owner"
     assert answer["answer"] == ANSWER
@@ -50,6 +50,17 @@ async def test_it_lists_its_tools_and_asks_a_workspace(served_team, served_doubl
     assert answer["usage"]["completion_tokens"] > 0
     answer_call = served_double.chat_requests()[-1]
     assert answer_call.last_user_message == QUESTION_TEXT
+
+
+async def test_ask_reads_only_the_documents_its_filters_name(served_team, served_double):
+    async with connected(served_team) as client:
+        nothing = await call(
+            client, "ask", workspace="acme", question=QUESTION_TEXT, mode="local", filters={"tags": ["elsewhere"]}
+        )
+        invalid = await client.call_tool("ask", {"workspace": "acme", "question": "Who?", "filters": {"tag": []}})
+
+    assert nothing["sources"] == []
+    assert invalid.content[0].text.endswith("Unknown filter 'tag': 'filters' takes 'tags' and 'documents'.")
 
 
 async def test_it_searches_entities_and_reads_one_with_its_relations_and_sources(served_team):

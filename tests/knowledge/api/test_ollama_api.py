@@ -9,6 +9,7 @@ import pytest
 
 from knowledge.api.ollama import OLLAMA_VERSION
 from knowledge.api.protocols import SOURCES_HEADING
+from knowledge.models import Document
 from knowledge.rag.retrieval import MODES
 from tests.knowledge.conftest import ANSWER, QUESTION_TEXT
 from tests.knowledge.team_graph import ask as retrieve_team
@@ -24,12 +25,15 @@ def chat(served_team, content=QUESTION_TEXT, model="acme:latest", **options):
 
 
 def test_it_lists_the_workspaces_a_token_may_use_as_tagged_models(served_team):
+    Document.objects.filter(workspace=served_team["workspace"]).update(tags=["team"])
+
     models = client(served_team).list().models
 
     names = [model.model for model in models]
     assert names == [
         "acme:latest",
         *(f"acme:{mode}" for mode in MODES),
+        "acme/team:latest",
         "empty:latest",
         *(f"empty:{mode}" for mode in MODES),
     ]

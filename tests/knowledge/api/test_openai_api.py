@@ -6,6 +6,7 @@ import openai
 import pytest
 
 from knowledge.api.protocols import SOURCES_HEADING
+from knowledge.models import Document
 from knowledge.rag.retrieval import MODES
 from tests.knowledge.conftest import ANSWER, QUESTION_TEXT
 
@@ -22,11 +23,20 @@ def ask(served_team, question=QUESTION_TEXT, model="acme", **options):
     )
 
 
-def test_it_lists_the_workspaces_a_token_may_use_as_models(served_team):
+def test_it_lists_the_workspaces_a_token_may_use_as_models_with_one_per_document_tag(served_team):
+    Document.objects.filter(workspace=served_team["workspace"]).update(tags=["team", "notes"])
+
     models = client(served_team).models.list()
 
     ids = [model.id for model in models]
-    assert ids == ["acme", *(f"acme:{mode}" for mode in MODES), "empty", *(f"empty:{mode}" for mode in MODES)]
+    assert ids == [
+        "acme",
+        *(f"acme:{mode}" for mode in MODES),
+        "acme/notes",
+        "acme/team",
+        "empty",
+        *(f"empty:{mode}" for mode in MODES),
+    ]
     assert {model.owned_by for model in models} == {"Acme", "Empty"}
     assert "hidden" not in ids
 

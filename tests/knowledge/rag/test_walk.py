@@ -4,11 +4,12 @@ relies on and the synonym links it crosses, on the embedded defaults (spaCy, nan
 import numpy as np
 import pytest
 
-from knowledge.models import Document, Entity, EntityLink
+from knowledge.models import Chunk, Document, Entity, EntityLink
 from knowledge.rag.graph import entity_vectors, link_synonyms
 from knowledge.rag.graph.synonyms import SYNONYM_COSINE, names_agree
 from knowledge.rag.names import surface_form
-from knowledge.rag.retrieval import retrieve
+from knowledge.rag.retrieval import Scope, retrieve
+from knowledge.rag.retrieval.searches import walk_edges
 from knowledge.rag.retrieval.walk import spread
 from knowledge.services import ingestion
 from knowledge.services.curation import possible_duplicates
@@ -62,6 +63,46 @@ def test_the_walk_reaches_the_passage_only_the_graph_leads_to(bridge):
     naive, mix = (retrieve(workspace=bridge, question=QUESTION, mode=mode, chunk_top_k=6) for mode in ("naive", "mix"))
     assert titles(mix).index("Marcus Ellery.md") < titles(naive).index("Marcus Ellery.md")
     assert "Marcus Ellery.md" in titles(retrieve(workspace=bridge, question=QUESTION, mode="hybrid", chunk_top_k=3))
+
+
+def test_the_walk_stays_inside_the_scope_and_off_disabled_documents(bridge):
+    film = Document.objects.get(workspace=bridge, title="Blood Street.md")
+    scoped = retrieve(
+        workspace=bridge, question=QUESTION, mode="local", chunk_top_k=3, scope=Scope(documents=(film.pk,))
+    )
+    Document.objects.filter(workspace=bridge, title="Marcus Ellery.md").update(enabled=False)
+    bridge.disabled_documents = 1
+    disabled = retrieve(workspace=bridge, question=QUESTION, mode="mix", chunk_top_k=6)
+
+    # The shared entity still leads the walk to the director's page; the scope stops it there.
+    assert titles(scoped) == ["Blood Street.md"]
+    assert "Marcus Ellery.md" not in titles(disabled)
+    assert titles(disabled)
+
+
+def test_the_walk_edges_reach_no_passage_or_entity_outside_the_scope(bridge):
+    film = Document.objects.get(workspace=bridge, title="Blood Street.md")
+    director = Document.objects.get(workspace=bridge, title="Marcus Ellery.md")
+    seeds = list(Chunk.objects.filter(document=film).values_list("pk", flat=True))
+    vector = list(Chunk.objects.get(pk=seeds[0]).embedding)
+    only_director = set(
+        Entity.objects.filter(sources__chunk__document=director)
+        .exclude(sources__chunk__document=film)
+        .values_list("pk", flat=True)
+    )
+
+    def walked(scope):
+        edges = walk_edges(workspace=bridge, chunk_ids=seeds, entity_ids=[], vector=vector, fanout=5, scope=scope)
+        chunks = {chunk for _, chunk in edges.mentions}
+        documents = set(Chunk.objects.filter(pk__in=chunks).values_list("document_id", flat=True))
+        return documents, {entity for entity, _ in edges.mentions} | {e for pair in edges.synonyms for e in pair}
+
+    unscoped_documents, _ = walked(None)
+    scoped_documents, scoped_entities = walked(Scope(documents=(film.pk,)))
+
+    assert director.pk in unscoped_documents  # the shared entity leads there unscoped
+    assert scoped_documents == {film.pk}
+    assert not scoped_entities & only_director
 
 
 def test_two_entities_of_one_sentence_are_not_duplicates(workspace, settings):

@@ -181,7 +181,9 @@ def test_it_retries_a_failed_document_and_deletes_one_after_confirmation(editor_
     assert not Document.objects.exists()
 
 
-def test_it_keeps_titles_apart_by_extension_folder_and_number(editor_client, workspace, media):
+def test_it_keeps_titles_apart_by_extension_and_folder_and_a_same_name_is_a_new_version(
+    editor_client, workspace, media
+):
     files = [
         SimpleUploadedFile("report.txt", b"Ada Lovelace wrote the first program."),
         SimpleUploadedFile("report.md", b"Charles Babbage designed the Analytical Engine."),
@@ -191,10 +193,12 @@ def test_it_keeps_titles_apart_by_extension_folder_and_number(editor_client, wor
     _upload(
         editor_client, workspace, *files, path=["report.txt", "report.md", "guides/index.md", "../notes/./index.md"]
     )
-    _upload(editor_client, workspace, SimpleUploadedFile("report.txt", b"A second report with other words."))
+    # The same name is the next version of report.txt, which must be read first (versions).
+    response = _upload(editor_client, workspace, SimpleUploadedFile("report.txt", b"A second report, other words."))
+    assert "report.txt: “report.txt” is still being read" in response.content.decode()
 
     titles = set(Document.objects.filter(workspace=workspace).values_list("title", flat=True))
-    assert titles == {"report.txt", "report.md", "guides/index.md", "notes/index.md", "report.txt (2)"}
+    assert titles == {"report.txt", "report.md", "guides/index.md", "notes/index.md"}
     assert set(Document.objects.values_list("original_filename", flat=True)) == {"report.txt", "report.md", "index.md"}
 
 

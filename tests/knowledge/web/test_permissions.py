@@ -23,7 +23,7 @@ from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from chat.models import Conversation, Message
-from knowledge.models import Answer, EntitySource, EvaluationRun, EvaluationSet, Membership, Role
+from knowledge.models import Answer, EntitySource, EvaluationRun, EvaluationSet, Membership, Role, Source
 from knowledge.services.accounts import SIGNUP_SALT
 from knowledge.services.api_tokens import api_token_create
 from knowledge.services.invitations import invitation_create, invitation_token
@@ -84,9 +84,22 @@ CASES: dict[str, list[Case]] = {
         Case(args=("slug", "document"), min_role=Role.EDITOR),
         Case(args=("slug", "document"), method="post", min_role=Role.EDITOR),
     ],
+    "knowledge:document_label": [
+        Case(args=("slug", "document"), method="post", min_role=Role.EDITOR, data={"tags": "a", "enabled": "on"})
+    ],
+    "knowledge:document_replace": [Case(args=("slug", "document"), method="post", min_role=Role.EDITOR)],
+    # Refused for the current version with a message (a redirect); an older one goes.
+    "knowledge:document_version_prune": [Case(args=("slug", "document"), method="post", min_role=Role.EDITOR)],
     "knowledge:documents_delete": [
         Case(method="post", min_role=Role.EDITOR, data_from={"documents": "document"}),
     ],
+    "knowledge:sources": [
+        Case(),
+        Case(method="post", min_role=Role.OWNER, data={"name": "Docs", "kind": "web", "location": "https://x.test/"}),
+    ],
+    "knowledge:source": [Case(args=("slug", "source"))],
+    "knowledge:source_sync": [Case(args=("slug", "source"), method="post", min_role=Role.EDITOR)],
+    "knowledge:source_delete": [Case(args=("slug", "source"), method="post", min_role=Role.OWNER)],
     "knowledge:entities": [Case()],
     "knowledge:entity": [Case(args=("slug", "entity"))],
     "knowledge:graph": [Case()],
@@ -250,6 +263,7 @@ def world(db, settings):
         conversation_id=conversation.pk,
         message_id=message.pk,
     )
+    source = Source.objects.create(workspace=workspace, name="Site", kind="web", location="https://x.test/")
     invitation = invitation_create(
         workspace=workspace, actor=owner, email="invited@example.org", role="viewer", base_url="http://testserver/"
     )
@@ -266,6 +280,7 @@ def world(db, settings):
         "evaluation_run": run.pk,
         "slug": workspace.slug,
         "document": document.pk,
+        "source": source.pk,
         "chunk": chunk.pk,
         "entity": entity.pk,
         "viewer_membership": Membership.objects.get(user=viewer, workspace=workspace).pk,
