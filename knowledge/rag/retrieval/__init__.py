@@ -275,7 +275,13 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         walked = _walk(
             workspace=workspace,
             found_chunks=found_chunks,
-            seed_entities=_seed_entities(found_entities, found.get("global", []), mode),
+            seed_entities=_seed_entities(
+                found_entities,
+                found.get("global", []),
+                mode,
+                # The searched passages lead mix; without them every entity found leads.
+                limit=WALK_SEED_ENTITIES if found_chunks else top_k,
+            ),
             vector=vectors.question,
         )[:chunk_top_k]
     stats.lap("walk")
@@ -374,12 +380,12 @@ _CHUNK_FIELDS = (
 )
 
 
-def _seed_entities(found_entities, found_relations, mode) -> list[int]:
+def _seed_entities(found_entities, found_relations, mode, limit: int) -> list[int]:
     """The entities a walk starts from, best first: those the low-level keywords found (named
     exactly first), then the endpoints of the relations the high-level keywords found."""
     local = [entity.pk for entity in found_entities] if mode in _LOCAL_MODES else []
     ends = [pk for r in found_relations for pk in (r.source_id, r.target_id)] if mode in _GLOBAL_MODES else []
-    return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:WALK_SEED_ENTITIES]
+    return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:limit]
 
 
 def _walk(*, workspace, found_chunks, seed_entities, vector) -> list[int]:
