@@ -285,7 +285,13 @@ def _build(result, *, workspace, top_k, chunk_top_k, keywords, history, budgets,
         walked = _walk(
             workspace=workspace,
             found_chunks=found_chunks,
-            seed_entities=_seed_entities(found_entities, found.get("global", []), mode),
+            seed_entities=_seed_entities(
+                found_entities,
+                found.get("global", []),
+                mode,
+                # The searched passages lead mix; without them every entity found leads.
+                limit=WALK_SEED_ENTITIES if found_chunks else top_k,
+            ),
             vector=vectors.question,
             scope=scope,
         )[:chunk_top_k]
@@ -386,31 +392,18 @@ _CHUNK_FIELDS = (
 )
 
 
-def _seed_entities(found_entities, found_relations, mode) -> list[int]:
+def _seed_entities(found_entities, found_relations, mode, limit: int) -> list[int]:
     """The entities a walk starts from, best first: those the low-level keywords found (named
     exactly first), then the endpoints of the relations the high-level keywords found."""
     local = [entity.pk for entity in found_entities] if mode in _LOCAL_MODES else []
     ends = [pk for r in found_relations for pk in (r.source_id, r.target_id)] if mode in _GLOBAL_MODES else []
-    return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:WALK_SEED_ENTITIES]
+    return list(dict.fromkeys(_interleave(local, ends, key=lambda pk: pk)))[:limit]
 
 
 def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]:
     """Passage ids ranked by the walk from the found passages and the seed entities (walk.py)."""
     if not found_chunks and not seed_entities:
         return []
-    distances = [c.distance for c in found_chunks if c.distance is not None]
-    nearest = min(distances, default=0.0)
-    seeds: dict[tuple[str, int], float] = {}
-    for chunk in found_chunks:
-        if chunk.distance is not None:
-            seeds[("c", chunk.pk)] = math.exp(-WALK_SHARPNESS * (chunk.distance - nearest))
-        else:  # found by its words alone: as strong as the nearest passage, down its word ranking
-            seeds[("c", chunk.pk)] = 1.0 / chunk.lexical_rank
-    passages = sum(seeds.values())
-    share = ENTITY_SEED_WEIGHT * passages if passages else 1.0
-    weights = [1.0 / place for place in range(1, len(seed_entities) + 1)]
-    for pk, weight in zip(seed_entities, weights, strict=True):
-        seeds[("e", pk)] = seeds.get(("e", pk), 0.0) + share * weight / sum(weights)
     edges = walk_edges(
         workspace=workspace,
         chunk_ids=[chunk.pk for chunk in found_chunks],
@@ -419,14 +412,35 @@ def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]
         fanout=WALK_FANOUT,
         scope=scope,
     )
+    seeds: dict[tuple[str, int], float] = {}
+    if found_chunks:
+        distances = [c.distance for c in found_chunks if c.distance is not None]
+        nearest = min(distances, default=0.0)
+        for chunk in found_chunks:
+            if chunk.distance is not None:
+                seeds[("c", chunk.pk)] = math.exp(-WALK_SHARPNESS * (chunk.distance - nearest))
+            else:  # found by its words alone: as strong as the nearest passage, down its word ranking
+                seeds[("c", chunk.pk)] = 1.0 / chunk.lexical_rank
+    elif edges.distances:
+        # Without a chunk search (local, global, hybrid) the passages the seed entities lead to
+        # seed the walk by their nearness to the question, as the searched ones do in mix: else the
+        # walk would rank by the graph's shape alone, whatever the question asks of those entities.
+        nearest = min(edges.distances.values())
+        for pk, distance in edges.distances.items():
+            seeds[("c", pk)] = math.exp(-WALK_SHARPNESS * (distance - nearest))
+    passages = sum(seeds.values())
+    share = ENTITY_SEED_WEIGHT * passages if passages else 1.0
+    weights = [1.0 / place for place in range(1, len(seed_entities) + 1)]
+    for pk, weight in zip(seed_entities, weights, strict=True):
+        seeds[("e", pk)] = seeds.get(("e", pk), 0.0) + share * weight / sum(weights)
     graph = [(("e", entity), ("c", chunk), 1.0) for entity, chunk in edges.mentions]
     graph += [(("e", a), ("e", b), 1.0) for a, b in edges.synonyms]
     rank = spread(seeds, graph)
     # Ties (passages the walk never reached) keep the search's order, then the question's distance.
     order = {chunk.pk: place for place, chunk in enumerate(found_chunks)}
-    passages = {node[1] for node in rank if node[0] == "c"} | set(order)
+    reached = {node[1] for node in rank if node[0] == "c"} | set(order)
     return sorted(
-        passages,
+        reached,
         key=lambda pk: (-rank.get(("c", pk), 0.0), order.get(pk, len(order)), edges.distances.get(pk, 2.0), pk),
     )
 

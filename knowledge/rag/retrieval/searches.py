@@ -3,6 +3,7 @@ entities and relations, the one-hop walk around entities, the chunks that suppor
 degrees. Each is one query, however large the workspace (the retrieval benchmark pins the counts).
 Callers pass the workspace they already checked; nothing here decides who may read."""
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -472,7 +473,8 @@ def walk_edges(
                 edges.synonyms.append((a, b))
                 continue
             edges.mentions.append((a, b))
-            if distance is not None:
+            # A zero vector has no direction, and pgvector gives NaN for its distance: no nearness.
+            if distance is not None and not math.isnan(distance):
                 edges.distances[b] = distance
     return edges
 

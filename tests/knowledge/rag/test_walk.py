@@ -56,7 +56,8 @@ def test_the_walk_reaches_the_passage_only_the_graph_leads_to(bridge):
     local = retrieve(workspace=bridge, question=QUESTION, mode="local", chunk_top_k=3)
 
     assert "Marcus Ellery.md" not in titles(naive)
-    assert titles(local)[:2] == ["Blood Street.md", "Marcus Ellery.md"]
+    assert titles(local)[0] == "Blood Street.md"
+    assert "Marcus Ellery.md" in titles(local)
     assert {row.found_by for row in local.chunks} == {"graph"}
     # In mix the question's nearest passages seed the walk too; the director's page, fifth by
     # the question's words and vector, rises above pages that only look like the question.

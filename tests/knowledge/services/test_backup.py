@@ -26,6 +26,7 @@ from knowledge.models import (
     Relation,
     Workspace,
 )
+from knowledge.rag.graph.embedding import clear_cache
 from knowledge.rag.llm import Usage
 from knowledge.rag.retrieval import retrieve
 from knowledge.services import ingestion
@@ -460,6 +461,7 @@ def test_an_interrupted_document_restored_resumes_where_it_stopped(openai_double
 
     for target in (document, copied):
         LLMCacheEntry.objects.all().delete()  # the copy may not profit from replies the original cached
+        clear_cache()  # nor from the names and keywords it embedded
         openai_double.clear()
         done = ingestion.document_ingest(document_id=target.pk)
         assert done.status == "processed"
