@@ -140,3 +140,29 @@ def test_the_re_embedding_progress_polls_while_running_and_stops_when_done(staff
     page = staff_client.get(progress).content.decode()
     assert "Re-embedded 40 rows with double-embed at Team server" in page
     assert "hx-trigger" not in page
+
+
+INSTALLATION_URLS = [
+    ("knowledge:models", (), "get"),
+    ("knowledge:model_endpoint_add", (), "post"),
+    ("knowledge:model_ollama_connect", (), "post"),
+    ("knowledge:model_endpoint_check", (1,), "post"),
+    ("knowledge:model_endpoint_key", (1,), "post"),
+    ("knowledge:model_endpoint_delete", (1,), "post"),
+    ("knowledge:model_chat_pick", (), "post"),
+    ("knowledge:model_embedding_pick", (), "post"),
+    ("knowledge:model_reembedding", (), "get"),
+    ("knowledge:model_reembedding_retry", (1,), "post"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "method"), INSTALLATION_URLS)
+def test_every_models_url_sends_visitors_to_log_in_and_refuses_changes_from_non_staff(client, name, args, method):
+    url = reverse(name, args=args)
+
+    visitor = getattr(client, method)(url)
+    assert visitor.status_code == 302
+    assert "/login" in visitor["Location"]
+    client.force_login(make_user("member"))
+    member = getattr(client, method)(url)
+    assert member.status_code == (200 if method == "get" else 403)
