@@ -66,7 +66,7 @@ def test_a_failure_inside_an_api_view_is_a_json_500(client, token, monkeypatch):
     def fail(user):
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr("knowledge.api.ollama.workspaces_for_user", fail)
+    monkeypatch.setattr("knowledge.api.ollama.workspaces_with_tags", fail)
 
     response = client.get("/api/tags", headers={"Authorization": f"Bearer {token}"})
 
