@@ -295,7 +295,7 @@ def test_the_procfiles_beat_line_runs_the_sweeper_that_queues_due_graph_rebuilds
     import sys
     from pathlib import Path
 
-    from knowledge.models import GraphRebuild
+    from knowledge.models import GraphRebuild, LLMCacheEntry
     from tests.knowledge.ingest_helpers import DOC_A, DOC_B, answer
     from tests.processes import started
 
@@ -314,6 +314,9 @@ def test_the_procfiles_beat_line_runs_the_sweeper_that_queues_due_graph_rebuilds
     openai_double.fail(1000, status=503, message="the model is down")
     openai_double.fail(1000, status=503, path="/v1/embeddings", message="the model is down")
     openai_double.reply(lambda body: "Summary: fresh " + answer(body))
+    # The summaries the deletion needs were asked for when "alone" was ingested: with vectors made
+    # of names, nothing else needs the model, so the cache must not answer for it.
+    LLMCacheEntry.objects.all().delete()
     ingestion.document_delete(document=Document.objects.get(workspace=workspace, title="a.txt"))
     rebuild = GraphRebuild.objects.get(workspace=workspace)
     openai_double._failures.clear()
