@@ -102,20 +102,10 @@ def check(items: list[dict], texts: dict[str, str]) -> list[str]:
     return missing
 
 
-def _ingest_worker(queue, done) -> None:
-    from django import db
-
-    from knowledge.services import ingestion
-
-    db.connections.close_all()  # the parent's connection must not be shared across the fork
-    while (document_id := queue.get()) is not None:
-        ingestion.document_ingest(document_id=document_id)
-        done.put(document_id)
-
-
 def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
     from django import db
 
+    from benchmarks.known_answers import ingest_worker
     from knowledge.models import Document
     from knowledge.services import ingestion
 
@@ -130,7 +120,7 @@ def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
     queue, done = context.Queue(), context.Queue()
     for document_id in ids:
         queue.put(document_id)
-    processes = [context.Process(target=_ingest_worker, args=(queue, done)) for _ in range(workers)]
+    processes = [context.Process(target=ingest_worker, args=(queue, done)) for _ in range(workers)]
     for process in processes:
         queue.put(None)
         process.start()

@@ -97,7 +97,8 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
-def _ingest_worker(queue, done) -> None:
+def ingest_worker(queue, done) -> None:
+    """A forked ingestion process: documents from `queue` until None, each id to `done` when ingested."""
     from django import db
 
     from knowledge.services import ingestion
@@ -125,7 +126,7 @@ def ingest(workspace, docs: Path, workers: int) -> dict[int, str]:
     queue, done = context.Queue(), context.Queue()
     for document_id in page_of:
         queue.put(document_id)
-    processes = [context.Process(target=_ingest_worker, args=(queue, done)) for _ in range(workers)]
+    processes = [context.Process(target=ingest_worker, args=(queue, done)) for _ in range(workers)]
     for process in processes:
         queue.put(None)
         process.start()

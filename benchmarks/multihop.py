@@ -47,21 +47,11 @@ def load(dataset: str, path: Path) -> dict:
     return data
 
 
-def _ingest_worker(queue, done) -> None:
-    from django import db
-
-    from knowledge.services import ingestion
-
-    db.connections.close_all()  # the parent's connection must not be shared across the fork
-    while (document_id := queue.get()) is not None:
-        ingestion.document_ingest(document_id=document_id)
-        done.put(document_id)
-
-
 def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
     """Upload every passage as a document and ingest them; document id -> passage index."""
     from django import db
 
+    from benchmarks.known_answers import ingest_worker
     from knowledge.models import Document
     from knowledge.services import ingestion
 
@@ -80,7 +70,7 @@ def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
     queue, done = context.Queue(), context.Queue()
     for document_id in passage_of:
         queue.put(document_id)
-    processes = [context.Process(target=_ingest_worker, args=(queue, done)) for _ in range(workers)]
+    processes = [context.Process(target=ingest_worker, args=(queue, done)) for _ in range(workers)]
     for process in processes:
         queue.put(None)
         process.start()
