@@ -361,8 +361,9 @@ def _sentence_span(request, chunk) -> tuple[int, int]:
 
 def _document_parts(structure: parsing.ParsedDocument, chunk, sentence: tuple[int, int] | None) -> list[dict]:
     """The document's text as parts to print in order: text, an anchor where a page, slide, sheet
-    or section starts (a citation can jump to it: "page-4", "section-3"), and the opening and
-    closing of the highlighted chunk and of the cited sentence inside it."""
+    or section starts (a citation can jump to it: "page-4", "section-3"), and the marks of what
+    was cited: the sentence when one is given, else the chunk. Only text is marked, line by line:
+    a mark across lines would box the blank lines and a PDF's line numbers too."""
     marks: dict[int, list[dict]] = {}
     for index, section in enumerate(structure.sections, 1):
         marks.setdefault(section.start, []).append({"anchor": f"section-{index}", "label": ""})
@@ -370,12 +371,14 @@ def _document_parts(structure: parsing.ParsedDocument, chunk, sentence: tuple[in
         label = f"{region.kind} {region.name or region.number}"
         marks.setdefault(region.start, []).insert(0, {"anchor": f"{region.kind}-{region.number}", "label": label})
     if chunk is not None:
-        # Closing before opening at one offset, and the sentence inside the chunk, keep them nested.
-        marks.setdefault(chunk.char_start, []).insert(0, {"open": "chunk"})
-        marks.setdefault(chunk.char_end, []).insert(0, {"close": "chunk"})
-        if sentence is not None and sentence[0] < sentence[1]:
-            marks.setdefault(sentence[0], []).append({"open": "sentence"})
-            marks.setdefault(sentence[1], []).insert(0, {"close": "sentence"})
+        kind, span = ("sentence", sentence) if sentence and sentence[0] < sentence[1] else ("chunk", None)
+        span = span or (chunk.char_start, chunk.char_end)
+        if kind == "sentence":
+            # The chunk's own anchor stays, so a link to it lands on the passage.
+            marks.setdefault(chunk.char_start, []).insert(0, {"anchor": f"chunk-{chunk.pk}", "label": ""})
+        for number, (start, end) in enumerate(_text_runs(structure.text, *span)):
+            marks.setdefault(start, []).append({"open": kind, "first": number == 0})
+            marks.setdefault(end, []).insert(0, {"close": kind})
     cuts = sorted({0, len(structure.text), *marks})
     parts = []
     for start, end in zip(cuts, cuts[1:] + [None], strict=True):
@@ -383,6 +386,32 @@ def _document_parts(structure: parsing.ParsedDocument, chunk, sentence: tuple[in
         if end is not None and end > start:
             parts.append({"text": structure.text[start:end]})
     return parts
+
+
+_LEADING_NUMBER = re.compile(r"[ \t]*(\d{1,5})[ \t]+(?=\S)")
+
+
+def _text_runs(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The stretches of `text[start:end]` worth marking: each line's text without its surrounding
+    blanks, and without a leading line number when the lines are numbered (most lines begin with
+    a number and the numbers never go down, as in a PDF of a contract or a paper under review)."""
+    lines, at = [], start
+    for line in text[start:end].splitlines(keepends=True):
+        lines.append((at, line))
+        at += len(line)
+    numbered = [(offset, _LEADING_NUMBER.match(line)) for offset, line in lines if line.strip()]
+    numbers = [int(match.group(1)) for _, match in numbered if match]
+    line_numbers = len(numbers) >= 3 and len(numbers) >= 0.8 * len(numbered) and numbers == sorted(numbers)
+    runs = []
+    for offset, line in lines:
+        body = line.rstrip()
+        skip = len(body) - len(body.lstrip())
+        match = _LEADING_NUMBER.match(body) if line_numbers else None
+        if match:
+            skip = match.end()
+        if skip < len(body):
+            runs.append((offset + skip, offset + len(body)))
+    return runs
 
 
 @login_required

@@ -156,7 +156,7 @@ def test_it_streams_an_answer_beside_its_graph_and_opens_a_citation(
         page.click("#cite-S1 blockquote")
     document_page = opened.value
     document_page.wait_for_load_state()
-    cited_text = document_page.locator("mark.cited")
+    cited_text = document_page.locator("mark.cited, mark.cited-sentence").first
     assert "Ada Lovelace" in cited_text.inner_text()
     document_page.screenshot(path=str(ARTIFACTS / "citation.png"))
 

@@ -3,6 +3,7 @@ uploads, and a cited chunk opened inside its document."""
 
 import json
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,7 +16,7 @@ from playwright.sync_api import expect
 from knowledge.models import Document, Entity, EntitySource, Relation, Role
 from knowledge.services.events import workspace_group
 from knowledge.web.palette import type_slot
-from tests.browser.conftest import ARTIFACTS, console_errors, log_in
+from tests.browser.conftest import ARTIFACTS, console_errors, label_boxes, log_in, overlapping
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -292,6 +293,48 @@ def big_graph(team):
     return workspace
 
 
+def test_the_graph_view_labels_what_fits_readably_and_finds_the_exact_name(big_graph, daphne_server, browser_page):
+    page = browser_page
+    _log_in(page, daphne_server)
+    page.goto(f"{daphne_server}{reverse('knowledge:graph', args=['acme'])}?limit=300")
+    page.wait_for_function("() => window.graphView && graphView.stats.layoutMs !== undefined", timeout=60_000)
+    page.wait_for_function("() => graphView.cy().nodes('.labelled').length > 0")
+
+    # At the default zoom: every shown label 12 px on screen, none over another, hubs first.
+    labels = label_boxes(page, "graphView.cy()")
+    assert len(labels) >= 40, len(labels)
+    assert all(abs(label["px"] - 12) < 0.01 for label in labels)
+    assert overlapping(labels) == []
+    hub = page.evaluate("graphView.cy().nodes().max(n => n.data('degree')).ele.data('label')")
+    assert hub in {label["label"] for label in labels}
+    page.screenshot(path=str(ARTIFACTS / "graph-300-labels.png"))
+    # Zooming in makes room: more labels, still 12 px and apart.
+    page.evaluate("graphView.cy().zoom({ level: graphView.cy().zoom() * 2.5, renderedPosition: { x: 400, y: 300 } })")
+    page.wait_for_function(f"() => graphView.cy().nodes('.labelled').length !== {len(labels)}")
+    closer = label_boxes(page, "graphView.cy()")
+    assert overlapping(closer) == []
+    assert all(abs(label["px"] - 12) < 0.01 for label in closer)
+
+    # Find prefers the exact name over the names that contain it, centres it, opens its panel and
+    # zooms no further than a reader needs.
+    page.fill("#graph-search", "entity 1")
+    page.keyboard.press("Enter")
+    expect(page.locator("#entity-panel h2")).to_have_text("Entity 1")
+    status = page.text_content("#graph-status")
+    assert re.fullmatch(r"\d+ matches for “entity 1”: showing Entity 1\.", status), status
+    page.wait_for_timeout(500)  # the animation
+    found = page.evaluate(
+        """() => { const cy = graphView.cy(); const node = cy.nodes('.selected-entity');
+                   const at = node.renderedPosition();
+                   return { label: node.data('label'), zoom: cy.zoom(), labelled: node.hasClass('labelled'),
+                            offset: Math.hypot(at.x - cy.width() / 2, at.y - cy.height() / 2) }; }"""
+    )
+    assert found["label"] == "Entity 1"
+    assert found["labelled"]
+    assert found["offset"] < 60
+    assert found["zoom"] <= 1.5
+
+
 def test_the_graph_view_draws_two_thousand_nodes_with_the_fast_layout(big_graph, daphne_server, browser_page):
     page = browser_page
     _log_in(page, daphne_server)
@@ -357,7 +400,7 @@ def test_a_cited_chunk_opens_highlighted_and_in_view(team, daphne_server, browse
     )
 
 
-def test_a_cited_sentence_is_marked_inside_its_chunk(team, daphne_server, browser_page):
+def test_a_cited_sentence_alone_is_marked(team, daphne_server, browser_page):
     page, document, chunk = browser_page, team["document"], team["chunk"]
     start = chunk.char_start + len("The cited ")
     end = start + len("sentence")
@@ -367,7 +410,9 @@ def test_a_cited_sentence_is_marked_inside_its_chunk(team, daphne_server, browse
         f"?chunk={chunk.pk}&start={start}&end={end}"
     )
 
-    assert page.locator(f"mark#chunk-{chunk.pk}").text_content() == "The cited sentence is here."
-    expect(page.locator(f"mark#chunk-{chunk.pk} mark#cited-sentence")).to_have_text("sentence")
+    # Only the sentence is marked; the chunk keeps its anchor for links to the passage.
+    expect(page.locator("mark#cited-sentence")).to_have_text("sentence")
+    assert page.locator("mark.cited").count() == 0
+    assert page.locator(f"span#chunk-{chunk.pk}").count() == 1
     expect(page.locator("#cited-sentence")).to_be_in_viewport()
     page.screenshot(path=str(ARTIFACTS / "document-sentence.png"))

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -91,6 +93,38 @@ def test_it_highlights_the_requested_chunk_and_escapes_document_text(owner_clien
     assert f'<mark id="chunk-{chunk.pk}" class="cited">The cited part is here. O</mark>' in page
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_cited_chunk_marks_its_text_only_not_blank_lines_or_line_numbers(owner_client, workspace):
+    # A PDF of a paper under review: every line numbered, paragraphs apart.
+    text = "12   Before.\n13   The merge keeps\n14   both descriptions.\n\n15   It never drops one.\n16   After."
+    document = make_document(workspace, title="Review copy", text=text)
+    start, end = text.index("13"), text.index("\n16")
+    chunk = make_chunk(document, text=text[start:end])
+    Chunk.objects.filter(pk=chunk.pk).update(char_start=start, char_end=end)
+
+    page = owner_client.get(url("document", workspace, document.pk, chunk=chunk.pk)).content.decode()
+
+    marked = re.findall(r"<mark[^>]*>(.*?)</mark>", page)
+    assert marked == ["The merge keeps", "both descriptions.", "It never drops one."]
+    assert f'<mark id="chunk-{chunk.pk}" class="cited">The merge keeps</mark>' in page
+    assert page.count(f'id="chunk-{chunk.pk}"') == 1
+
+
+def test_a_cited_sentence_is_marked_alone_and_the_chunk_keeps_its_anchor(owner_client, workspace):
+    text = "Intro. The cited sentence is here. Outro."
+    document = make_document(workspace, title="Doc", text=text)
+    chunk = make_chunk(document, text=text)
+    Chunk.objects.filter(pk=chunk.pk).update(char_start=0, char_end=len(text))
+    start = text.index("The cited")
+
+    page = owner_client.get(
+        url("document", workspace, document.pk, chunk=chunk.pk, start=start, end=start + 27)
+    ).content.decode()
+
+    assert re.findall(r"<mark[^>]*>(.*?)</mark>", page) == ["The cited sentence is here."]
+    assert '<mark id="cited-sentence" class="cited-sentence">' in page
+    assert f'<span id="chunk-{chunk.pk}" class="anchor"></span>' in page
 
 
 def test_the_document_page_has_anchors_for_pages_and_sections_and_a_contents_box(owner_client, workspace):
