@@ -12,11 +12,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from knowledge.models import Workspace
 from knowledge.rag.answer.citations import citation_href, cited_ids
 from knowledge.rag.retrieval import DEFAULT_MODE, MODES
+from knowledge.services import links
 from knowledge.services.asking import AskInvalid, AskRequest, ask_request
 
 # Ollama's name for "no particular tag"; its clients send it when the user names none.
@@ -166,7 +165,7 @@ def cited_sources(*, answer: str | None, citations: Iterable[dict], base_url: st
 
 
 def _absolute(base_url: str, path: str) -> str:
-    return f"{(settings.PUBLIC_BASE_URL or base_url).rstrip('/')}{path}" if path else ""
+    return links.absolute(base_url, path) if path else ""
 
 
 def sources_text(sources: Sequence[dict]) -> str:

@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from knowledge.services import links
 from knowledge.services.ratelimits import rate_limit_check
 
 logger = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ def signup_start(*, email: str, base_url: str, address: str | None) -> str:
             to=email,
             subject="You already have an account",
             template="email/signup_exists.txt",
-            context={"login_url": base_url.rstrip("/") + reverse("login"), "email": email},
+            context={"login_url": links.absolute(base_url, reverse("login")), "email": email},
         )
         return email
     token = signing.TimestampSigner(salt=SIGNUP_SALT).sign_object({"email": email})
@@ -172,7 +173,7 @@ def signup_start(*, email: str, base_url: str, address: str | None) -> str:
         to=email,
         subject="Finish making your account",
         template="email/signup.txt",
-        context={"link": base_url.rstrip("/") + reverse("signup_complete", args=[token]), "email": email},
+        context={"link": links.absolute(base_url, reverse("signup_complete", args=[token])), "email": email},
     )
     return email
 

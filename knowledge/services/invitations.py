@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from knowledge.models import ROLE_RANK, Invitation, Membership, Role, Workspace
-from knowledge.services import events
+from knowledge.services import events, links
 from knowledge.services.accounts import (
     AccountError,
     NewAccount,
@@ -43,7 +43,7 @@ def invitation_token(invitation: Invitation) -> str:
 
 
 def invitation_link(invitation: Invitation, *, base_url: str) -> str:
-    return base_url.rstrip("/") + reverse("invitation", args=[invitation_token(invitation)])
+    return links.absolute(base_url, reverse("invitation", args=[invitation_token(invitation)]))
 
 
 def _send(invitation: Invitation, *, base_url: str) -> Invitation:

@@ -24,6 +24,7 @@ from django.shortcuts import redirect, render, resolve_url
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView, OIDCLogoutView
 
+from knowledge.services import links
 from knowledge.services.sso import SignInRefused, sso_user_for_claims
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class CallbackView(OIDCAuthenticationCallbackView):
 def provider_logout_url(request) -> str:
     """Where logging out goes: the login page, or, with OIDC_LOGOUT_FROM_PROVIDER and a session
     that came from the provider, the provider's own logout, which sends the person back here."""
-    back = request.build_absolute_uri(resolve_url(settings.LOGOUT_REDIRECT_URL))
+    back = links.absolute(request.build_absolute_uri("/"), resolve_url(settings.LOGOUT_REDIRECT_URL))
     id_token = request.session.get("oidc_id_token")
     if not (settings.SSO_ENABLED and settings.OIDC_LOGOUT_FROM_PROVIDER and id_token):
         return resolve_url(settings.LOGOUT_REDIRECT_URL)

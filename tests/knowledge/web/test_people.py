@@ -73,6 +73,22 @@ def test_it_emails_an_invitation_and_lists_it_with_its_link(owner_client, worksp
     assert AuditEvent.objects.filter(workspace=workspace, action="member.invite").exists()
 
 
+def test_invitation_and_sign_up_links_use_the_public_base_url(owner_client, client, workspace, settings):
+    # Behind a proxy the request's host is one a person's browser cannot open.
+    settings.PUBLIC_BASE_URL = "https://rag.example.org"
+    settings.SIGNUP_ENABLED = True
+
+    _invite(owner_client, workspace)
+    invitation_mail = mail.outbox[-1].body
+    page = owner_client.get(reverse("knowledge:members", args=[workspace.slug])).content.decode()
+    client.post(reverse("signup"), {"email": "dana@example.org"})
+
+    assert re.search(r"https://rag\.example\.org/invitations/\S+", invitation_mail)
+    assert "testserver" not in invitation_mail
+    assert 'value="https://rag.example.org/invitations/' in page
+    assert "https://rag.example.org/signup/" in mail.outbox[-1].body
+
+
 def test_it_refuses_a_second_open_invitation_and_a_member_s_address(owner_client, workspace, owner):
     _invite(owner_client, workspace)
 
