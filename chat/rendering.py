@@ -148,11 +148,15 @@ def sources_context(*, message, workspace) -> dict:
         if citation.get("id") not in cited_set
     ]
     keywords = message.keywords or {}
+    names = keywords.get("low_level", [])
+    named = {name.casefold() for name in names}
     return {
         "sources_message": message,
         "cited_rows": cited,
         "retrieved_rows": rest,
-        "keywords": [*keywords.get("low_level", []), *keywords.get("high_level", [])],
+        # LightRAG's two levels, each term once: a theme that is also a name is shown as a name.
+        "keyword_names": names,
+        "keyword_themes": [term for term in keywords.get("high_level", []) if term.casefold() not in named],
         "graph_data": {
             "answer": message.pk,
             "subgraph": message.subgraph or {},

@@ -339,7 +339,6 @@
 
   // About thirty nodes are what a panel this size shows with labels one can read.
   const DEFAULT_NODES = 30;
-  const READABLE_ZOOM = 0.85;
   const graphPanel = $("graph-panel");
   const showAllButton = $("graph-show-all");
   const enlargeButton = $("graph-enlarge");
@@ -363,6 +362,7 @@
         description: node.description || "",
         colour: EntityPalette.colourOf(type),
         size: Math.round(16 + 4 * Math.sqrt(Math.min(degree, 36))),
+        rank: node.rank || 0,
       },
     };
   }
@@ -387,27 +387,28 @@
     cy = cytoscape({
       container: $("graph"),
       wheelSensitivity: 0.3,
-      minZoom: 0.2,
+      minZoom: 0.05,
       maxZoom: 3,
       style: [
         {
           selector: "node",
           style: {
-            "background-color": "data(colour)", label: "data(label)", "font-size": 12, color: "#1d2330",
-            "text-valign": "bottom", "text-margin-y": 4, width: "data(size)", height: "data(size)",
-            "text-wrap": "ellipsis", "text-max-width": 130, "text-outline-color": "#ffffff",
-            "text-outline-width": 2, "border-width": 1, "border-color": "#ffffff",
+            "background-color": "data(colour)", width: "data(size)", height: "data(size)",
+            "border-width": 1, "border-color": "#ffffff",
           },
         },
+        ...GraphLabels.style,
         { selector: "edge", style: { width: "data(width)", "line-color": "#aab3c0", "curve-style": "bezier", opacity: 0.8 } },
         { selector: "node.cited", style: { "border-width": 3, "border-color": "#1d2330", "font-weight": "bold" } },
         { selector: "node.picked", style: { "border-width": 4, "border-color": "#111827" } },
-        { selector: "node.hovered", style: { "border-width": 4, "border-color": "#111827", "z-index": 10, "font-size": 14 } },
+        { selector: "node.hovered", style: { "border-width": 4, "border-color": "#111827", "z-index": 10 } },
         { selector: "edge.hovered", style: { "line-color": "#111827", opacity: 1 } },
         { selector: ".faded", style: { opacity: 0.2 } },
         { selector: "node.fresh", style: { "border-width": 2, "border-style": "dashed", "border-color": "#111827" } },
       ],
     });
+    // What the answer cites is labelled first, then the rest in the order it was drawn.
+    GraphLabels.attach(cy, { rank: (node) => (node.hasClass("cited") ? 1e6 : 0) + (node.data("rank") || 0) });
     cy.on("mouseover", "node, edge", (event) => {
       showTooltip(event);
       if (event.target.isNode()) linkRows(event.target, "hover-linked");
@@ -464,11 +465,12 @@
     const order = nodeOrder(subgraph, [...citationById.values()], cited);
     const limit = showAll ? Infinity : DEFAULT_NODES;
     const chosen = new Set([...order.keys()].slice(0, limit));
+    const ranks = new Map([...order.keys()].map((id, index) => [id, order.size - index]));
     const citedNodes = new Set([...order.entries()].filter(([, isCited]) => isCited).map(([id]) => id));
     graph.elements().remove();
     tooltip.hidden = true;
     addElements(
-      (subgraph.nodes || []).filter((node) => chosen.has(String(node.id))),
+      (subgraph.nodes || []).filter((node) => chosen.has(String(node.id))).map((node) => ({ ...node, rank: ranks.get(String(node.id)) })),
       subgraph.edges || [],
       citedNodes,
     );
@@ -520,24 +522,19 @@
     const nodes = cy.nodes().length;
     const options = nodes > 1
       ? {
-        name: "fcose", quality: "proof", randomize: true, animate: false, fit: true, padding: 28,
+        name: "fcose", quality: "proof", randomize: true, animate: false, fit: true, padding: 40,
         nodeDimensionsIncludeLabels: true, nodeSeparation: 90, packComponents: true, tile: true,
         idealEdgeLength: (edge) => (bridge(edge) ? 250 : 40),
         edgeElasticity: (edge) => (bridge(edge) ? 0.05 : 0.6),
         nodeRepulsion: 4500, gravity: 0.1,
       }
-      : { name: "grid", fit: true, padding: 28 };
+      : { name: "grid", fit: true, padding: 40 };
+    // Every node fits in the panel (labels stay readable at any zoom: static/js/labels.js), and
+    // a graph of two or three nodes is not blown up to fill it.
     cy.layout(options).run();
-    readable();
-  }
-
-  // Fitting a big graph can shrink labels below reading size; keep them readable, centred on
-  // what the answer cites, and let the reader pan (or enlarge the panel) for the rest.
-  function readable() {
-    if (cy.zoom() < READABLE_ZOOM) {
-      const cited = cy.nodes(".cited");
-      cy.zoom(READABLE_ZOOM);
-      cy.center(cited.length ? cited : cy.nodes());
+    if (cy.zoom() > 1.5) {
+      cy.zoom(1.5);
+      cy.center();
     }
   }
 
@@ -551,7 +548,6 @@
     if (cy) {
       cy.resize();
       cy.fit(undefined, 40);
-      readable();
     }
     enlargeButton.focus();
   }

@@ -16,6 +16,7 @@
 
   const hiddenTypes = new Set();
   let cy = null;
+  let labels = null;
   let summary = "";
   const stats = {};
   window.graphView = { cy: () => cy, stats };
@@ -45,8 +46,6 @@
           data: {
             ...node, type, colour: EntityPalette.colourOf(type),
             size: 12 + 38 * Math.sqrt(node.degree / maxDegree),
-            // Hubs keep a label when zoomed out; small nodes show theirs as one zooms in.
-            fontSize: Math.round(10 + 12 * Math.sqrt(node.degree / maxDegree)),
           },
         };
       }),
@@ -65,29 +64,22 @@
         {
           selector: "node",
           style: {
-            label: "data(label)",
             "background-color": "data(colour)",
             width: "data(size)",
             height: "data(size)",
-            "font-size": "data(fontSize)",
-            color: "#1d2330",
-            "text-valign": "bottom",
-            "text-margin-y": 3,
-            "text-outline-color": "#ffffff",
-            // The halo keeps labels readable over edges; at thousands of nodes it costs frames.
-            "text-outline-width": large ? 0 : 2,
-            "min-zoomed-font-size": 9,
             "border-width": large ? 0 : 1,
             "border-color": "#ffffff",
           },
         },
+        ...GraphLabels.style,
         { selector: "edge", style: { width: 1, "line-color": "#c5cad3", "curve-style": "haystack", opacity: large ? 1 : 0.8 } },
         { selector: ".filtered", style: { display: "none" } },
         { selector: ".dim", style: { opacity: 0.12 } },
-        { selector: "node.match", style: { "border-width": 4, "border-color": "#111827", "min-zoomed-font-size": 0, "z-index": 10 } },
-        { selector: "node.selected-entity", style: { "border-width": 5, "border-color": "#111827", "min-zoomed-font-size": 0, "z-index": 20 } },
+        { selector: "node.match", style: { "border-width": 4, "border-color": "#111827", "z-index": 10 } },
+        { selector: "node.selected-entity", style: { "border-width": 5, "border-color": "#111827", "z-index": 20 } },
       ],
     });
+    labels = GraphLabels.attach(cy, { rank: (node) => node.data("degree"), always: "node.match, node.selected-entity" });
     runLayout(graph.nodes.length);
     summary = `${graph.nodes.length} entities, ${graph.edges.length} relations.`;
     status.textContent = summary;
@@ -156,7 +148,16 @@
   let relayout = 0;
   minDegree.addEventListener("input", () => cy && applyFilters());
 
-  // ---- Find: Enter highlights the matches and centres them -----------------------------------
+  // ---- Find: Enter highlights the matches, centres the best one and opens it in the panel ----
+
+  // The exact name first, then names that start with the term, then a word of the name that
+  // does, then the rest; the best-connected first among equals.
+  function closeness(label, term) {
+    const name = label.toLowerCase();
+    if (name === term) return 3;
+    if (name.startsWith(term)) return 2;
+    return name.split(/[\s\-_/.,()]+/).some((word) => word.startsWith(term)) ? 1 : 0;
+  }
 
   document.getElementById("graph-search-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -164,22 +165,29 @@
     const term = search.value.trim().toLowerCase();
     clearHighlight();
     if (!term) return;
-    const visible = cy.nodes().not(".filtered");
-    const matches = visible.filter((node) => node.data("label").toLowerCase().includes(term));
+    const matches = cy.nodes().not(".filtered").filter((node) => node.data("label").toLowerCase().includes(term));
     if (!matches.length) {
       status.textContent = `Nothing shown matches “${search.value.trim()}”.`;
       return;
     }
+    const ranked = matches.toArray().sort((a, b) =>
+      closeness(b.data("label"), term) - closeness(a.data("label"), term) || b.data("degree") - a.data("degree"));
+    const best = ranked[0];
     cy.elements().addClass("dim");
     matches.closedNeighborhood().removeClass("dim");
     matches.addClass("match");
-    if (matches.length === 1) {
-      cy.animate({ center: { eles: matches }, zoom: Math.max(cy.zoom(), 1.2), duration: 300 });
-      select(matches[0], { centre: false });
-    } else {
-      cy.animate({ fit: { eles: matches, padding: 80 }, duration: 300 });
-    }
-    status.textContent = `${matches.length} match${matches.length === 1 ? "" : "es"} for “${search.value.trim()}”.`;
+    select(best, { centre: false });
+    // Centred, with its neighbours in view, at no more than a comfortable zoom: labels stay 12 px
+    // on screen and only where they fit, so zooming further in would show nothing more.
+    const at = best.position();
+    const box = best.closedNeighborhood().nodes().boundingBox();
+    const reach = (low, high, centre) => Math.max(centre - low, high - centre, 1);
+    const zoom = Math.max(cy.minZoom(), Math.min(1.5,
+      (cy.width() / 2 - 60) / reach(box.x1, box.x2, at.x), (cy.height() / 2 - 60) / reach(box.y1, box.y2, at.y)));
+    cy.animate({ zoom, pan: { x: cy.width() / 2 - at.x * zoom, y: cy.height() / 2 - at.y * zoom }, duration: 300 });
+    const others = matches.length - 1;
+    status.textContent = `${matches.length} match${matches.length === 1 ? "" : "es"} for “${search.value.trim()}”`
+      + (others ? `: showing ${best.data("label")}.` : ".");
   });
   search.addEventListener("input", () => {
     if (!search.value.trim() && cy) clearHighlight();
@@ -187,6 +195,7 @@
 
   function clearHighlight() {
     cy.elements().removeClass("dim match");
+    labels.later();
   }
 
   // ---- The side panel -------------------------------------------------------------------------
@@ -194,6 +203,7 @@
   function select(node, { centre = true } = {}) {
     cy.nodes().removeClass("selected-entity");
     node.addClass("selected-entity");
+    labels.later();
     if (centre) cy.animate({ center: { eles: node }, duration: 250 });
     htmx.ajax("GET", entityUrl(node.id()), { target: "#entity-panel", swap: "innerHTML" });
   }

@@ -158,3 +158,27 @@ def axe_violations(page, name: str) -> list[dict]:
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / f"axe-{name}.json").write_text(json.dumps(violations, indent=2))
     return [violation for violation in violations if violation["impact"] in ("serious", "critical")]
+
+
+def label_boxes(page, graph: str) -> list[dict]:
+    """The labels a cytoscape graph (`graph`, a JS expression) shows: each node's label box on the
+    screen, as cytoscape itself measures it, and its font size in screen pixels."""
+    return page.evaluate(
+        f"""() => {{ const cy = {graph};
+                    return cy.nodes('.labelled').map(n => {{
+                        const box = n.renderedBoundingBox(
+                            {{ includeNodes: false, includeEdges: false, includeLabels: true }});
+                        return {{ entity: n.data('entity') ?? n.id(), label: n.data('label'),
+                                  x1: box.x1, x2: box.x2, y1: box.y1, y2: box.y2,
+                                  px: parseFloat(n.style('font-size')) * cy.zoom() }}; }}); }}"""
+    )
+
+
+def overlapping(boxes: list[dict]) -> list[tuple[dict, dict]]:
+    """The pairs of boxes that overlap (a pixel of slack: cytoscape rounds its boxes)."""
+    return [
+        (a, b)
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a["x1"] + 1 < b["x2"] and b["x1"] + 1 < a["x2"] and a["y1"] + 1 < b["y2"] and b["y1"] + 1 < a["y2"]
+    ]

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from chat.models import Conversation, Message
 from knowledge.models import EntitySource, Role
-from tests.browser.conftest import ARTIFACTS, axe_violations, console_errors, log_in
+from tests.browser.conftest import ARTIFACTS, axe_violations, console_errors, label_boxes, log_in, overlapping
 from tests.factories import make_chunk, make_document, make_entity, make_relation, make_user, make_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -112,8 +112,18 @@ def test_a_big_subgraph_shows_what_the_answer_cites_first_readably(saved_answer,
     expect(page.locator("#graph-summary")).to_have_text(
         "30 of 143 entities · " + page.evaluate("String(window.chatGraph().edges().length)") + " relations"
     )
-    # Readable labels: 12 px text at a zoom of at least 0.85, and no two nodes on top of each other.
-    assert page.evaluate("window.chatGraph().zoom()") >= 0.85
+    # Every node inside the panel; labels 12 px on screen, none over another, the cited ones among them.
+    outside = page.evaluate(
+        """() => { const cy = window.chatGraph();
+                   return cy.nodes().filter(n => { const b = n.renderedBoundingBox({ includeLabels: false });
+                       return b.x1 < 0 || b.y1 < 0 || b.x2 > cy.width() || b.y2 > cy.height(); }).length; }"""
+    )
+    assert outside == 0
+    page.wait_for_function("() => window.chatGraph().nodes('.labelled').length > 0")
+    labels = label_boxes(page, "window.chatGraph()")
+    assert {"4", "5", "9"} <= {str(label["entity"]) for label in labels}
+    assert all(abs(label["px"] - 12) < 0.01 for label in labels)
+    assert overlapping(labels) == []
     overlaps = page.evaluate(
         """() => { const boxes = window.chatGraph().nodes().map(n => n.renderedBoundingBox({ includeLabels: false }));
                    let overlaps = 0;

@@ -421,3 +421,17 @@ def test_the_scope_picker_offers_tags_and_documents_and_shows_the_conversations_
     assert re.findall(r'name="scope_tag" value="(\w+)"( checked)?', page) == [("people", " checked"), ("policies", "")]
     assert f'name="scope_document" value="{handbook.pk}" checked' in page
     assert "Minutes" in page
+
+
+def test_it_shows_each_keyword_once_under_its_level(client, team):
+    workspace, viewer, _ = team
+    conversation = conversation_with_answer(workspace, viewer)
+    Message.objects.filter(conversation=conversation, role="assistant").update(
+        keywords={"low_level": ["Ada Lovelace", "Analytical Engine"], "high_level": ["analytical engine", "computing"]}
+    )
+    client.force_login(viewer)
+
+    html = client.get(reverse("chat:conversation", args=["acme", conversation.pk])).content.decode()
+
+    shown = re.sub(r"<[^>]+>", "", re.search(r'<span id="keywords".*?</span></span>', html, re.S).group(0))
+    assert shown == "names: Ada Lovelace, Analytical Engine · themes: computing"
