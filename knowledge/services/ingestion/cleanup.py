@@ -127,7 +127,12 @@ def documents_delete(*, documents: Sequence[Document], actor=None, rebuild_now: 
     workspace_id = workspaces.pop()
     ids = [document.pk for document in documents]
     entity_ids, relation_ids = _contributions(ids)
+    # Older versions go with their current one (they cascade) and hold no provenance; their
+    # stored files go too.
     files = [document.source_file.name for document in documents if document.source_file]
+    files += (
+        Document.objects.filter(superseded_by__in=ids).exclude(source_file="").values_list("source_file", flat=True)
+    )
     with transaction.atomic():
         _lock(workspace_id, entity_ids, relation_ids)
         deleted = Document.objects.filter(pk__in=ids).delete()[1].get("knowledge.Document", 0)

@@ -2,6 +2,7 @@
 gives the graph a from-scratch ingest of the new text gives."""
 
 import pytest
+from django.core.files.storage import default_storage
 
 from knowledge.models import Chunk, Document, EntitySource, LLMCacheEntry
 from knowledge.services import ingestion
@@ -114,3 +115,19 @@ def test_an_older_version_can_be_pruned_and_the_current_one_cannot(scripted, wor
     versions.version_prune(document=first)
     assert not Document.objects.filter(pk=first.pk).exists()
     assert graph_dump(workspace) == before
+
+
+def test_deleting_a_document_deletes_its_older_versions_and_their_stored_files(
+    scripted, workspace, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.MEDIA_ROOT = str(tmp_path)
+    first = ingestion.document_ingest(document_id=_create(workspace, "notes.txt", parts("A", 3)).pk)
+    second = ingestion.document_ingest(document_id=_create(workspace, "notes.txt", parts("B", 3)).pk)
+    names = [first.source_file.name, second.source_file.name]
+    assert all(default_storage.exists(name) for name in names)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ingestion.document_delete(document=second)
+
+    assert not Document.objects.filter(workspace=workspace).exists()
+    assert [name for name in names if default_storage.exists(name)] == []
