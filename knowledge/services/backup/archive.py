@@ -103,7 +103,7 @@ def workspace_backup(*, workspace: Workspace, path: str | Path, conversations: b
             workspace = Workspace.objects.get(pk=workspace.pk)
             members = {}
             for table in TABLES:
-                if table.optional and not conversations:
+                if table.conversations and not conversations:
                     continue
                 members[table.member] = _write_table(archive, table, workspace)
             files, missing = _write_files(archive, workspace)

@@ -91,9 +91,8 @@ def _read_manifest(archive: zipfile.ZipFile) -> dict:
     members = manifest.get("members")
     if not isinstance(members, dict):
         raise ArchiveError("The archive's manifest lists no members.")
-    expected = {table.member for table in TABLES if not table.optional}
-    if manifest.get("conversations"):
-        expected |= {table.member for table in TABLES if table.optional}
+    wanted = [table for table in TABLES if not table.added_later]
+    expected = {table.member for table in wanted if manifest.get("conversations") or not table.conversations}
     allowed = {table.member for table in TABLES}
     for name in members:
         if not _safe_member_name(name) or not (name in allowed or _FILE_MEMBER.fullmatch(name)):

@@ -33,6 +33,7 @@ from knowledge.models import (
     PendingVector,
     Relation,
     RelationSource,
+    Source,
     Workspace,
 )
 
@@ -57,7 +58,10 @@ class Table:
     # Rows whose user is missing on the target cannot exist (the column is not nullable).
     user_required: bool = False
     walk: Callable[[dict, Ids], None] | None = None
-    optional: bool = False
+    # A chat table: archived only when conversations are asked for.
+    conversations: bool = False
+    # Added after the first archive format: older archives lack it, and restore without it.
+    added_later: bool = False
 
     @property
     def member(self) -> str:
@@ -173,6 +177,11 @@ def _message(row: dict, ids: Ids) -> None:
         row["subgraph"] = subgraph
 
 
+def _source(row: dict, ids: Ids) -> None:
+    # A sync of the old installation held it; here the next one may start at once.
+    row["sync_until"] = None
+
+
 def _in(model, path: str) -> Callable[[Workspace], QuerySet]:
     return lambda workspace: model.objects.filter(**{path: workspace})
 
@@ -192,7 +201,23 @@ TABLES = (
         users={"user_id": "user"},
         user_required=True,
     ),
-    Table("documents", Document, _in(Document, "workspace"), refs=_WS, users={"created_by_id": "created_by"}),
+    # Archives written before sources have none.
+    Table(
+        "sources",
+        Source,
+        _in(Source, "workspace"),
+        refs=_WS,
+        users={"created_by_id": "created_by"},
+        walk=_source,
+        added_later=True,
+    ),
+    Table(
+        "documents",
+        Document,
+        _in(Document, "workspace"),
+        refs={**_WS, "source_id": "sources", "replaces_id": "documents", "superseded_by_id": "documents"},
+        users={"created_by_id": "created_by"},
+    ),
     Table("chunks", Chunk, _in(Chunk, "workspace"), refs={**_WS, "document_id": "documents"}),
     Table("chunk_extractions", ChunkExtraction, _in(ChunkExtraction, "chunk__workspace"), refs={"chunk_id": "chunks"}),
     Table(
@@ -229,7 +254,7 @@ TABLES = (
         EntityLink,
         _in(EntityLink, "workspace"),
         refs={**_WS, "source_id": "entities", "target_id": "entities"},
-        optional=True,
+        added_later=True,
     ),
     Table(
         "merge_logs",
@@ -248,7 +273,7 @@ TABLES = (
         refs=_WS,
         users={"user_id": "user"},
         user_required=True,
-        optional=True,
+        conversations=True,
     ),
     Table(
         "messages",
@@ -256,7 +281,7 @@ TABLES = (
         _in(Message, "conversation__workspace"),
         refs={"conversation_id": "conversations"},
         walk=_message,
-        optional=True,
+        conversations=True,
     ),
 )
 TABLES_BY_NAME = {table.name: table for table in TABLES}

@@ -24,6 +24,7 @@ from knowledge.models import (
     MergeLog,
     PendingVector,
     Relation,
+    Source,
     Workspace,
 )
 from knowledge.rag.graph.embedding import clear_cache
@@ -64,6 +65,12 @@ def corpus(openai_double, workspace, owner, settings, media):
     _ingest(workspace, "a.txt", DOC_A)
     _ingest(workspace, "b.txt", DOC_B)
     _ingest(workspace, "c.md", DOC_C)
+    # A source that brought a document, and a second version of another.
+    source = Source.objects.create(
+        workspace=workspace, name="Handbook", kind="folder", location="handbook", tags=["hb"]
+    )
+    Document.objects.filter(workspace=workspace, original_filename="a.txt").update(source=source, source_key="a.txt")
+    _ingest(workspace, "b.txt", DOC_B + "\n\nBob Jones retired in 2020.")
     survivor = Entity.objects.get(workspace=workspace, key="alice smith")
     entity_merge(survivor=survivor, others=[Entity.objects.get(workspace=workspace, key="bob jones")], actor=owner)
     conversation = Conversation.objects.create(workspace=workspace, user=owner, title="About Acme")
@@ -256,6 +263,43 @@ def test_the_restored_workspace_takes_new_documents_like_the_original(corpus, op
     assert graph_dump(copy) == graph_dump(corpus)
 
 
+def test_an_archive_from_before_sources_and_synonym_links_restores_without_them(corpus, tmp_path):
+    path = tmp_path / "acme.zip"
+    workspace_backup(workspace=corpus, path=path)
+    later = {"tables/sources.jsonl", "tables/entity_links.jsonl"}
+
+    def older(name, data):
+        if name in later:
+            return None
+        if name == "manifest.json":
+            manifest = json.loads(data)
+            manifest["members"] = {key: value for key, value in manifest["members"].items() if key not in later}
+            manifest["counts"] = {
+                key: value for key, value in manifest["counts"].items() if f"tables/{key}.jsonl" not in later
+            }
+            # Its documents name no source: the column was not there yet.
+            return json.dumps(manifest).encode()
+        if name == "tables/documents.jsonl":
+            rows = [json.loads(line) | {"source_id": None} for line in data.decode().splitlines()]
+            return "".join(json.dumps(row) + "\n" for row in rows).encode()
+        return data
+
+    old = _rewrite(path, tmp_path / "old.zip", older)
+    manifest = json.loads(zipfile.ZipFile(old).read("manifest.json"))
+    documents = zipfile.ZipFile(old).read("tables/documents.jsonl")
+    manifest["members"]["tables/documents.jsonl"]["sha256"] = hashlib.sha256(documents).hexdigest()
+    old = _rewrite(
+        old,
+        tmp_path / "old2.zip",
+        lambda name, data: json.dumps(manifest).encode() if name == "manifest.json" else data,
+    )
+
+    restored = workspace_restore(path=old, slug="acme-old").workspace
+
+    assert graph_dump(restored) == graph_dump(corpus)
+    assert not Source.objects.filter(workspace=restored).exists()
+
+
 # --- Refusals: nothing changes ---------------------------------------------------------------
 
 
@@ -413,7 +457,9 @@ def test_the_manifest_says_what_the_archive_holds(corpus, tmp_path):
 
     assert manifest["version"] == 1
     assert manifest["embedding"] == {"model": "double-embed", "dimensions": 384}
-    assert manifest["counts"]["documents"] == 3
+    assert manifest["counts"]["documents"] == 4  # b.txt in two versions
+    assert manifest["counts"]["sources"] == 1
+    assert "tables/entity_links.jsonl" in manifest["members"]
     assert manifest["counts"]["entities"] == Entity.objects.filter(workspace=corpus).count()
     assert "tables/conversations.jsonl" not in manifest["members"]
     with zipfile.ZipFile(path) as archive:
