@@ -281,3 +281,39 @@ def test_it_offers_bypass_only_with_a_chat_model(reader, daphne_server, browser_
     assert page.locator(".message-assistant .badge-warn").count() == 0
     assert "Extractive answer:" not in page.inner_text("#extractive-notice")
     assert axe_violations(page, "chat-extractive") == []
+
+
+@pytest.fixture
+def logging_reader(transactional_db):
+    """A viewer of a workspace holding two pages of the Python logging documentation, ingested by
+    the embedded defaults (no chat model)."""
+    from tests.knowledge.rag.test_answer import HANDLERS, LOGGING_HOWTO
+
+    user = make_user("reader", password="reader-pass-1")
+    workspace = make_workspace(slug="acme", name="Acme research", members={user: Role.VIEWER})
+    with override_settings(LLM_BASE_URL="", LLM_API_KEY=""):
+        for name, text in (("logging.html", LOGGING_HOWTO), ("handlers.html", HANDLERS)):
+            document = document_create(workspace=workspace, user=user, filename=f"{name}.txt", text=text, enqueue=False)
+            assert document_ingest(document_id=document.pk).status == "processed"
+    return user
+
+
+def test_the_default_install_answers_which_logging_levels_exist_with_the_table_first(
+    logging_reader, daphne_server, browser_page, settings
+):
+    settings.LLM_BASE_URL = settings.LLM_API_KEY = ""
+    page = browser_page
+    _open_chat(page, daphne_server)
+
+    _ask(page, "Which logging levels exist?")
+    _wait_done(page)
+
+    body = page.locator(".message-assistant .answer-body").first
+    # The first thing said is the sentence that introduces the table, then the table itself.
+    first = body.locator(":scope > *").first.inner_text()
+    assert first.startswith("The numeric values of logging levels are given in the following table."), first
+    table = body.locator("table").first
+    assert [cell.strip() for cell in table.locator("tbody td:first-child").all_inner_texts()] == [
+        "CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET",
+    ]  # fmt: skip
+    page.screenshot(path=str(ARTIFACTS / "chat-logging-levels.png"))
