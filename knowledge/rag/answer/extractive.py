@@ -52,12 +52,20 @@ _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their|he|him|his|she|her)\b
 
 
 _ASKS = (
+    # "How do I create ...?", "How should a logger be named?", not "How do they differ?".
+    ("code", r"^\s*how (?:(?:do|can|should|would) (?:i|you|we|one|a|an|the)|to)\b|\b(?:example|syntax|command)\b"),
     ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|what (?:percentage|number|size))\b"),
     ("date", r"\b(?:when|what (?:year|date|day|time))\b"),
     ("name", r"^\s*(?:who|whom|whose)\b"),
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
              r"^\s*what are the\b"),
 )  # fmt: skip
+# "What is an iterator?", "What does the HOWTO say about generators?": the subject a sentence
+# that defines it opens with.
+_DEFINITION = re.compile(
+    r"^\s*what (?:is|are) (?:an? |the )?(?P<what>[^?]{1,40})\?\s*$|\bsay about (?P<about>[^?]{1,40})\?", re.IGNORECASE
+)
+_DEFINES = re.compile(r"^(?:(?:an?|the)\s+)?(?P<subject>.{1,60}?)\s+(?:is|are|refers to|means)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d")
 _DATE = re.compile(
     r"\b(?:1[5-9]\d\d|20\d\d)\b|\b(?:January|February|March|April|May|June|July|August|September|October|"
@@ -67,14 +75,38 @@ _NAME = re.compile(r"(?<!^)(?<![.!?] )\b[A-Z][\w'-]+(?: (?:[A-Z][\w'-]+|de|van|v
 _TABLE_LINE = re.compile(r"^[^|\n]+(?: \| [^|\n]*)+$|^\|.*\|$")
 _TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}")
 _LIST_LINE = re.compile(r"^(?:[-*•] |\d{1,2}[.)] )\S")
+# A line of code or a command, as HTML and Markdown parsers leave a <pre> block: a prompt or a
+# coding line, or a line that does not end like a sentence and holds a call, an assignment, an
+# option or brackets. Sentences that name set() or -m end like sentences.
+_CODE_LINE = re.compile(
+    r"^(?:>>>|\.\.\.|\$) |^#!|^# -\*-|"
+    r"^(?!.*[.!?:]$)\S.*(?:\w\(.*\)|\s=\s|\s--?\w|[{}\[\];])"
+)
+# A sentence that names a call or an option inline gives code too ("use set(), not {}").
+_INLINE_CODE = re.compile(r"\w\(\S*\)|\s--?[a-z]\w*\b")
 
 
 def _ask(question: str) -> str | None:
-    """The kind of answer a question asks for: a number, a date, a name, a list, or None."""
-    return next((kind for kind, pattern in _ASKS if re.search(pattern, question, re.IGNORECASE)), None)
+    """The kind of answer a question asks for: code, a number, a date, a name, a list, a
+    definition, or None."""
+    kind = next((kind for kind, pattern in _ASKS if re.search(pattern, question, re.IGNORECASE)), None)
+    return kind or ("definition" if _DEFINITION.search(question) else None)
 
 
-def _gives(kind: str, text: str) -> bool:
+def _defined(question: str) -> str:
+    """What a definition question asks about, as it says it ("iterator", "generators")."""
+    match = _DEFINITION.search(question)
+    return " ".join((match.group("what") or match.group("about")).casefold().split()) if match else ""
+
+
+def _gives(kind: str, text: str, defined: str = "") -> bool:
+    if kind == "definition":
+        # The sentence opens with the very words asked about: "An iterator is ..." defines an
+        # iterator; "Iterators are an important foundation ..." only says something of them.
+        match = _DEFINES.match(text)
+        return bool(defined) and match is not None and " ".join(match.group("subject").casefold().split()) == defined
+    if kind == "code":
+        return bool(_INLINE_CODE.search(text))
     if kind == "number":
         return bool(_NUMBER.search(re.sub(r"\[S\d+\]", "", text)))
     if kind == "date":
@@ -92,7 +124,7 @@ class _Candidate:
     # about it too, even when it does not name it ("2 GB of free disk space.").
     passage: set[str]
     relevance: float = 0.0
-    # "sentence", or "table" and "list" for a block of rows or items read as one unit.
+    # "sentence", or "table", "list" and "code" for a block of rows, items or lines read as one unit.
     kind: str = "sentence"
     title: frozenset[str] = frozenset()
 
@@ -190,8 +222,9 @@ class _Block:
 
 
 def _blocks(text: str) -> list[tuple[str, _Block]]:
-    """The tables (runs of "a | b" rows, the first its header) and lists (runs of "- item" lines)
-    of a chunk, as Markdown the answer can show: a table keeps its header above its rows."""
+    """The tables (runs of "a | b" rows, the first its header), lists (runs of "- item" lines) and
+    code (runs of code lines, one is enough) of a chunk, as Markdown the answer can show: a
+    table keeps its header above its rows, code is fenced."""
     blocks, run, kind = [], [], None
     position = 0
     lines = []
@@ -200,7 +233,7 @@ def _blocks(text: str) -> list[tuple[str, _Block]]:
         position += len(line) + 1
 
     def close():
-        if len(run) >= 2:
+        if len(run) >= (1 if kind == "code" else 2):
             start, end = run[0][1], run[-1][1] + len(run[-1][0])
             if kind == "table":
                 rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line, _ in run]
@@ -208,13 +241,23 @@ def _blocks(text: str) -> list[tuple[str, _Block]]:
                 header, body = rows[0], rows[1 : EXTRACTIVE_MAX_ROWS + 1]
                 shown = [f"| {' | '.join(header)} |", "|" + "---|" * len(header)]
                 shown += [f"| {' | '.join(row)} |" for row in body]
+            elif kind == "code":
+                shown = ["```", *(line.rstrip() for line, _ in run[:EXTRACTIVE_MAX_ROWS]), "```"]
             else:
                 shown = [line.strip() for line, _ in run[:EXTRACTIVE_MAX_ROWS]]
             blocks.append((kind, _Block("\n".join(shown), start, end)))
 
     for line, start in lines:
         stripped = line.strip()
-        line_kind = "table" if _TABLE_LINE.match(stripped) else "list" if _LIST_LINE.match(stripped) else None
+        line_kind = (
+            "table"
+            if _TABLE_LINE.match(stripped)
+            else "list"
+            if _LIST_LINE.match(stripped)
+            else "code"
+            if _CODE_LINE.match(stripped)
+            else None
+        )
         if line_kind != kind:
             close()
             run, kind = [], line_kind
@@ -260,6 +303,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     }
     subjects = {term for keyword in result.keywords.low_level for term in content_terms(keyword)}
     ask = _ask(question)
+    defined = _defined(question) if ask == "definition" else ""
     # Question words that name a retrieved document ("the functional programming HOWTO").
     titled = {term for candidate in candidates for term in candidate.title & asked}
     scope = max((candidate.title & titled for candidate in candidates), key=len, default=frozenset())
@@ -282,11 +326,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         ]
         total = sum(share for share, _ in groups)
         score = sum(share * coverage(candidate, group) for share, group in groups) / total if groups else 0.0
-        if (
-            score
-            and ask
-            and (candidate.kind in ("table", "list") if ask == "list" else _gives(ask, candidate.sentence.text))
-        ):
+        if score and ask and _answers_ask(ask, candidate, defined):
             score += EXTRACTIVE_ASK_BONUS
         if scoped and not scope <= candidate.title:
             score *= EXTRACTIVE_OTHER_DOCUMENT
@@ -294,7 +334,12 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
 
     for candidate in candidates:
         candidate.relevance = max((relevance(candidate, part) for part in parts), default=0.0)
-    ranked = sorted(candidates, key=lambda c: -c.relevance)
+    # Among equals, the one that repeats more of the question's own words, stop words included
+    # ("to create an empty set").
+    said = set(WORD.findall(question.casefold()))
+    ranked = sorted(
+        candidates, key=lambda c: (-c.relevance, -len(said & set(WORD.findall(c.sentence.text.casefold()))))
+    )
     best = ranked[0].relevance
     floor = max(EXTRACTIVE_MIN_RELEVANCE, EXTRACTIVE_RELATIVE_RELEVANCE * best)
     chosen: list[_Candidate] = []
@@ -347,6 +392,16 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     if "paragraph" in response_type.casefold() and "single" in response_type.casefold():
         return " ".join(lines)
     return "\n".join(line if "\n" in line else f"- {line}" for line in lines)
+
+
+def _answers_ask(ask: str, candidate: _Candidate, defined: str) -> bool:
+    """Does the candidate give the kind of answer asked for? A list is asked of tables and lists,
+    code of code blocks or a sentence naming a call, the rest of the text of any candidate."""
+    if ask == "list":
+        return candidate.kind in ("table", "list")
+    if ask == "code" and candidate.kind == "code":
+        return True
+    return _gives(ask, candidate.sentence.text, defined)
 
 
 # A name in the answer that the question did not name: a capitalized run of words, or a single

@@ -8,7 +8,7 @@ from markdown_it import MarkdownIt
 from knowledge.models import LLMCacheEntry
 from knowledge.rag.answer import answer_is_extractive, astream_answer
 from knowledge.rag.answer.citations import answer_citations
-from knowledge.rag.answer.extractive import NO_CONTEXT_ANSWER, extractive_answer
+from knowledge.rag.answer.extractive import NO_CONTEXT_ANSWER, _blocks, extractive_answer
 from knowledge.rag.chunking import chunk_text
 from knowledge.rag.llm import LLMError, Usage
 from knowledge.rag.parsing import parse_file
@@ -483,3 +483,66 @@ def test_a_follow_up_is_answered_with_its_own_ask_on_the_earlier_topic():
     assert "Generators" in lines[0]
     assert "iterator" in lines[0]
     assert len(lines) <= 3
+
+
+VENV = """\
+Creating Virtual Environments
+
+The module used to create and manage virtual environments is called venv. It will usually install \
+the most recent version of Python that you have.
+
+To create a virtual environment, decide upon a directory where you want to place it, and run the \
+venv module as a script with the directory path:
+
+python3 -m venv project-env
+
+This will create the project-env directory if it does not exist, and also create directories \
+inside it containing a copy of the Python interpreter.
+"""
+SETS = """\
+Sets
+
+A set is an unordered collection with no duplicate elements. Curly braces or the set() function \
+can be used to create sets. To create an empty set you have to use set(), not {}; the latter creates \
+an empty dictionary.
+
+Dictionaries
+
+A dictionary is a set of key: value pairs, with the requirement that the keys are unique.
+"""
+ITERATORS = """\
+Iterators
+
+Iterators are an important foundation for writing functional-style programs. An iterator is an \
+object representing a stream of data; this object returns the data one element at a time. \
+Several of Python's built-in data types support iteration, the most common being lists and \
+dictionaries.
+"""
+
+
+def test_a_question_asking_how_to_gets_the_command_with_the_sentence_that_introduces_it():
+    question = "How do I create a virtual environment?"
+
+    answer = extractive_answer(question, rows_of({"venv.html": VENV}, question))
+
+    head = answer.split("\n\n[S")[0]
+    assert head.startswith("To create a virtual environment, decide upon a directory")
+    assert "```\npython3 -m venv project-env\n```" in head
+
+
+def test_a_question_asking_how_to_gets_a_sentence_naming_the_call():
+    line = first_line("How do I create an empty set?", {"datastructures.html": SETS})
+
+    assert "use set(), not {}" in line
+
+
+def test_a_question_asking_what_something_is_gets_the_sentence_that_defines_it_first():
+    line = first_line("What is an iterator?", {"functional.html": ITERATORS})
+
+    assert line.startswith("- An iterator is an object representing a stream of data")
+
+
+def test_code_lines_are_read_as_code_and_sentences_naming_calls_are_not():
+    blocks = [kind for kind, _ in _blocks(VENV + "\n" + SETS + "\n>>> basket = {'apple'}\n>>> len(basket)\n1\n")]
+
+    assert blocks == ["code", "code"]
