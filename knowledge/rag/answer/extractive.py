@@ -284,8 +284,9 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     the shares it covers of the part's subjects (low-level keyword terms, weighing
     EXTRACTIVE_SUBJECT_SHARE; one its passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of the
     rest, plus EXTRACTIVE_ASK_BONUS when it gives what the question asks for (a number, a date, a
-    name, a table or a list); when the question names a document by its title, candidates of
-    other documents keep EXTRACTIVE_OTHER_DOCUMENT of it. Kept: for a compound question first the
+    name, a table or a list, code, a definition); when the question names a document by its title,
+    candidates of other documents keep EXTRACTIVE_OTHER_DOCUMENT of it; ties go to the candidate
+    repeating more of the question's own words. Kept: for a compound question first the
     best candidate of each part; then, best first, those above the floor that cover a term of the
     question no kept one covers (no padding), at most EXTRACTIVE_MAX_SENTENCES; then, for a
     question whose answer is one hop further, the best candidate of another passage that names
