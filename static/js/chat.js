@@ -513,17 +513,16 @@
     });
   }
 
-  // fcose keeps labels apart (they count in the node sizes); long, slack edges between two
-  // hubs and short, stiff ones around each hub pull the clusters apart. benchmarks/layout.py
-  // measures it: clusters further apart than plain fcose, a little closer than cose, and no
-  // overlapping labels where cose leaves about twenty.
+  // Long, slack edges between two hubs and short, stiff ones around each hub pull the clusters
+  // apart (benchmarks/layout.py: further apart than plain fcose, a little closer than cose).
+  // Labels take no room in the layout: static/js/labels.js shows those that fit afterwards.
   const bridge = (edge) => edge.source().degree() > 3 && edge.target().degree() > 3;
   function layout() {
     const nodes = cy.nodes().length;
     const options = nodes > 1
       ? {
         name: "fcose", quality: "proof", randomize: true, animate: false, fit: true, padding: 40,
-        nodeDimensionsIncludeLabels: true, nodeSeparation: 90, packComponents: true, tile: true,
+        nodeSeparation: 90, packComponents: true, tile: true,
         idealEdgeLength: (edge) => (bridge(edge) ? 250 : 40),
         edgeElasticity: (edge) => (bridge(edge) ? 0.05 : 0.6),
         nodeRepulsion: 4500, gravity: 0.1,
