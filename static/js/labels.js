@@ -53,7 +53,7 @@
       const nodes = cy.nodes(":visible").toArray();
       const forced = always ? new Set(cy.nodes(always).map((node) => node.id())) : new Set();
       nodes.sort((a, b) => Number(forced.has(b.id())) - Number(forced.has(a.id())) || rank(b) - rank(a));
-      const labelled = new Set();
+      const labelled = new Map();
       for (const node of nodes) {
         const at = node.renderedPosition();
         const text = shortened(node.data("label") || "");
@@ -62,12 +62,16 @@
         const air = 1 + 2 * zoom;
         const half = textWidth(text, zoom) / 2 + HALO + air;
         const top = at.y + node.renderedHeight() / 2;
-        const box = { x1: at.x - half, x2: at.x + half, y1: top - air, y2: top + GAP + PX * 1.3 + HALO + air };
+        // A label that would cross the canvas's left or right edge is moved inside it.
+        const shift = Math.max(0, -(at.x - half)) - Math.max(0, at.x + half - width);
+        const box = {
+          x1: at.x - half + shift, x2: at.x + half + shift, y1: top - air, y2: top + GAP + PX * 1.3 + HALO + air,
+        };
         const must = forced.has(node.id());
         if (!must && (box.x1 < 0 || box.x2 > width || box.y1 < 0 || box.y2 > height)) continue;
         if (!must && collides(box)) continue;
         insert(box);
-        labelled.add(node.id());
+        labelled.set(node.id(), shift);
       }
       cy.batch(() => {
         cy.nodes().forEach((node) => {
@@ -79,6 +83,7 @@
               labelSize: PX / zoom,
               labelHalo: HALO / zoom,
               labelGap: GAP / zoom,
+              labelShift: labelled.get(node.id()) / zoom,
             });
           }
         });
@@ -104,6 +109,7 @@
         "font-size": "data(labelSize)",
         "text-outline-width": "data(labelHalo)",
         "text-margin-y": "data(labelGap)",
+        "text-margin-x": "data(labelShift)",
         "text-outline-color": "#ffffff",
         "text-valign": "bottom",
         color: "#1d2330",
