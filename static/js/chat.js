@@ -408,7 +408,10 @@
       ],
     });
     // What the answer cites is labelled first, then the rest in the order it was drawn.
-    GraphLabels.attach(cy, { rank: (node) => (node.hasClass("cited") ? 1e6 : 0) + (node.data("rank") || 0) });
+    GraphLabels.attach(cy, {
+      rank: (node) => (node.hasClass("cited") ? 1e6 : 0) + (node.data("rank") || 0),
+      together: "node.cited",
+    });
     cy.on("mouseover", "node, edge", (event) => {
       showTooltip(event);
       if (event.target.isNode()) linkRows(event.target, "hover-linked");
