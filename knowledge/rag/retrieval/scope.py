@@ -70,10 +70,11 @@ def filtered(workspace: Workspace, scope: Scope | None) -> bool:
     return (scope is not None and scope.narrowed) or workspace.disabled_documents > 0
 
 
-_DOCUMENTS = (
-    "SELECT sd.id FROM knowledge_document sd WHERE sd.workspace_id = %(scope_workspace)s AND sd.enabled "
+_IN_SCOPE = (
+    "FROM knowledge_document sd WHERE sd.workspace_id = %(scope_workspace)s AND sd.enabled "
     "AND (%(scope_all)s OR sd.tags && %(scope_tags)s::varchar(50)[] OR sd.id = ANY(%(scope_documents)s::bigint[]))"
 )
+_DOCUMENTS = f"SELECT sd.id {_IN_SCOPE}"
 
 
 _SUPPORTED = {
@@ -84,6 +85,20 @@ _SUPPORTED = {
     "relation": (
         " AND EXISTS (SELECT 1 FROM knowledge_relationsource ss JOIN knowledge_chunk sc ON sc.id = ss.chunk_id"
         " WHERE ss.relation_id = {column} AND sc.document_id IN ({documents}))"
+    ),
+}
+
+
+# The entities or relations in scope, read from the scope's side: those a chunk of an in-scope
+# document supports (once per supporting chunk).
+_ROWS = {
+    "entity": (
+        "SELECT ss.entity_id AS id FROM knowledge_entitysource ss JOIN knowledge_chunk sc ON sc.id = ss.chunk_id"
+        " WHERE sc.document_id IN ({documents})"
+    ),
+    "relation": (
+        "SELECT ss.relation_id AS id FROM knowledge_relationsource ss JOIN knowledge_chunk sc ON sc.id = ss.chunk_id"
+        " WHERE sc.document_id IN ({documents})"
     ),
 }
 
@@ -118,6 +133,19 @@ def row_clause(kind: str, column: str, workspace: Workspace, scope: Scope | None
     if not filtered(workspace, scope):
         return "", {}
     return _SUPPORTED[kind].format(column=column, documents=_DOCUMENTS), _params(workspace, scope)
+
+
+def rows_in_scope(kind: str, workspace: Workspace, scope: Scope | None) -> tuple[str, dict]:
+    """The ids of kind "entity" or "relation" in scope, as SQL read from the in-scope documents
+    (an id may repeat); for the searches that scan a small scope exactly."""
+    return _ROWS[kind].format(documents=_DOCUMENTS), _params(workspace, scope)
+
+
+def size_of_scope(kind: str, workspace: Workspace, scope: Scope | None) -> tuple[str, dict]:
+    """SQL of how many rows of kind "chunk", "entity" or "relation" the scope holds, as its
+    documents counted them when they were published: a bound, without reading the rows (an
+    entity two documents support counts twice)."""
+    return f"SELECT coalesce(sum(sd.{kind}_count), 0) {_IN_SCOPE}", _params(workspace, scope)
 
 
 def documents_in_scope(workspace: Workspace, scope: Scope | None) -> QuerySet[Document]:

@@ -11,12 +11,22 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 from django.db.models import F, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from pgvector.django import CosineDistance
 
 from knowledge.models import Chunk, Entity, Relation, Workspace
 from knowledge.rag.language import CJK_CHARACTERS
-from knowledge.rag.retrieval.scope import Scope, chunk_clause, hidden_clause, relations_in_scope, row_clause
+from knowledge.rag.retrieval.scope import (
+    Scope,
+    chunk_clause,
+    filtered,
+    hidden_clause,
+    relations_in_scope,
+    row_clause,
+    rows_in_scope,
+    size_of_scope,
+)
 
 
 def degree_of(entity: str = "") -> Coalesce:
@@ -118,16 +128,75 @@ def _vector_order(size: int) -> str:
     return "(x.embedding <=> %(vector)s::vector) + 0" if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
 
 
+_NEAREST_SQL = """
+SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+FROM knowledge_{table} x
+WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
+ORDER BY {order}
+LIMIT %(k)s
+"""
+
+# A filtered HNSW scan stops after visiting hnsw.max_scan_tuples rows, so a small scope, whose
+# rows are rare along the way, loses recall (benchmarks/results/2026-11-26-scoped-search.md: 0.82
+# for chunks and 0.68 for entities at a 5% scope). A scope of at most VECTOR_EXACT_SCAN_MAX rows, as
+# its documents count them, is scanned exactly instead. The query picks the branch itself (a
+# one-time filter on each), so a question costs the same queries whatever its scope.
+_SCOPED_NEAREST_SQL = """
+(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+ FROM {exact}
+ ORDER BY (x.embedding <=> %(vector)s::vector) + 0
+ LIMIT %(k)s)
+UNION ALL
+(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+ FROM knowledge_{table} x
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
+   AND ({size}) > %(scope_exact_max)s
+ ORDER BY {order}
+ LIMIT %(k)s)
+"""
+# The exact scan's rows: chunks through the index on their document; entities and relations each
+# looked up by its key from the scope's provenance (LIMIT 1 keeps the planner from hashing a scan
+# of the whole table instead, whose vectors are most of its pages).
+_SCOPED_CHUNKS = (
+    "knowledge_chunk x WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope} AND {small}"
+)
+_SCOPED_ROWS = """(SELECT DISTINCT id FROM ({rows}) r) s
+ CROSS JOIN LATERAL (
+     SELECT y.id, y.embedding FROM knowledge_{table} y
+     WHERE y.id = s.id AND y.workspace_id = %(workspace_id)s AND y.embedding IS NOT NULL
+     LIMIT 1
+ ) x
+ WHERE {small}"""
+
+
+def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | None) -> tuple[str, dict]:
+    """SQL of the ids and cosine distances of the k rows of `kind` ("chunk", "entity", "relation")
+    nearest %(vector)s in the workspace and `scope`, and the parameters of its scope."""
+    if kind == "chunk":
+        clause, params = chunk_clause("x.document_id", workspace, scope)
+    else:
+        clause, params = row_clause(kind, "x.id", workspace, scope)
+    if not clause:
+        return _NEAREST_SQL.format(table=kind, scope="", order=_vector_order(size)), {}
+    rows = size_of_scope(kind, workspace, scope)[0]
+    small = f"({rows}) <= %(scope_exact_max)s"
+    if kind == "chunk":
+        exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
+    else:
+        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind, workspace, scope)[0], table=kind, small=small)
+    sql = _SCOPED_NEAREST_SQL.format(exact=exact, size=rows, table=kind, scope=clause, order=_vector_order(size))
+    return sql, {**params, "scope_exact_max": settings.VECTOR_EXACT_SCAN_MAX}
+
+
+def _positional(sql: str, params: dict) -> tuple[str, list]:
+    """Named parameters (%(name)s) as positional ones (%s), for an ORM RawSQL."""
+    return re.sub(r"%\((\w+)\)s", "%s", sql), [params[name] for name in re.findall(r"%\((\w+)\)s", sql)]
+
+
 _CHUNKS_HYBRID_SQL = """
 WITH vector_hits AS MATERIALIZED (
     SELECT id, distance, row_number() OVER (ORDER BY distance, id) AS rank
-    FROM (
-        SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
-        FROM knowledge_chunk x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
-        ORDER BY {order}
-        LIMIT %(k)s
-    ) nearest
+    FROM ({nearest}) nearest
     WHERE distance <= %(max_distance)s
 ), lexical_hits AS MATERIALIZED (
     SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
@@ -181,6 +250,7 @@ def chunks_nearest(
     `distance` (None when only the words found it) and `lexical_rank` (None when only the vector
     found it). Only chunks of documents in `scope` (scope.py)."""
     clause, scope_params = chunk_clause("x.document_id", workspace, scope)
+    nearest, nearest_params = _nearest_sql("chunk", workspace=workspace, size=workspace.chunk_count, scope=scope)
     params = {
         "workspace_id": workspace.pk,
         "vector": _vector_literal(vector),
@@ -190,21 +260,16 @@ def chunks_nearest(
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
         **scope_params,
+        **nearest_params,
     }
-    sql = _CHUNKS_HYBRID_SQL.format(order=_vector_order(workspace.chunk_count), scope=clause)
+    sql = _CHUNKS_HYBRID_SQL.format(nearest=nearest, scope=clause)
     return list(Chunk.objects.raw(sql, params))
 
 
 _ENTITIES_HYBRID_SQL = """
 WITH vector_hits AS MATERIALIZED (
     SELECT id, row_number() OVER (ORDER BY distance, id) AS rank
-    FROM (
-        SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
-        FROM knowledge_entity x
-        WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
-        ORDER BY {order}
-        LIMIT %(k)s
-    ) nearest
+    FROM ({nearest}) nearest
     WHERE distance <= %(max_distance)s
 ), named AS MATERIALIZED (
     SELECT x.id, x.key = ANY(%(keys)s) AS exact, length(x.name) AS name_length
@@ -264,6 +329,7 @@ def entities_nearest(
     from knowledge.rag.names import entity_key
 
     clause, scope_params = row_clause("entity", "x.id", workspace, scope)
+    nearest, nearest_params = _nearest_sql("entity", workspace=workspace, size=workspace.entity_count, scope=scope)
     phrases = [" <-> ".join(f"'{word}'" for word in search_terms(name).replace("'", "").split(" | ")) for name in names]
     params = {
         "workspace_id": workspace.pk,
@@ -275,8 +341,9 @@ def entities_nearest(
         "candidates": LEXICAL_CANDIDATES,
         "rrf_k": RRF_K,
         **scope_params,
+        **nearest_params,
     }
-    sql = _ENTITIES_HYBRID_SQL.format(order=_vector_order(workspace.entity_count), scope=clause)
+    sql = _ENTITIES_HYBRID_SQL.format(nearest=nearest, scope=clause)
     return list(Entity.objects.raw(sql, params))
 
 
@@ -291,9 +358,14 @@ def relations_nearest(
     """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
     type, description) and their degrees as `.source_degree` and `.target_degree`; only those a
     chunk of a document in `scope` supports."""
+    relations = Relation.objects.filter(workspace=workspace)
+    if filtered(workspace, scope):
+        nearest, params = _nearest_sql("relation", workspace=workspace, size=workspace.relation_count, scope=scope)
+        params |= {"workspace_id": workspace.pk, "vector": _vector_literal(vector), "k": k}
+        ids = f"SELECT id FROM ({nearest}) nearest"  # noqa: S608 - fixed SQL; values are parameters
+        relations = relations.filter(pk__in=RawSQL(*_positional(ids, params)))  # noqa: S611 - the same
     return _nearest(
-        relations_in_scope(Relation.objects.filter(workspace=workspace), workspace, scope)
-        .select_related("source", "target")
+        relations.select_related("source", "target")
         .only(
             "pk",
             "workspace_id",
@@ -305,7 +377,8 @@ def relations_nearest(
             *(f"{end}__{name}" for end in ("source", "target") for name in ("name", "type", "description")),
         )
         .annotate(source_degree=degree_of("source__"), target_degree=degree_of("target__")),
-        size=workspace.relation_count,
+        # Scoped, the subquery has chosen the k rows already: ordering them is an exact scan of k.
+        size=0 if filtered(workspace, scope) else workspace.relation_count,
         vector=vector,
         k=k,
         min_similarity=min_similarity,

@@ -1,13 +1,18 @@
 """Scopes: a question scoped to tags or documents reads only those documents, in as many queries
 as an unscoped one, and a disabled document is read by no question."""
 
+import json
 import random
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from pgvector.django import CosineDistance
 
-from knowledge.models import Document, EntitySource, RelationSource
+from knowledge.models import Chunk, Document, Entity, EntitySource, Relation, RelationSource
 from knowledge.rag.retrieval import MODES, QueryVectors, Scope
+from knowledge.rag.retrieval.searches import chunks_nearest, entities_nearest, relations_nearest
 from knowledge.services.workspaces import workspace_refresh_counts
 from tests.factories import make_chunk, make_document, make_entity, make_relation
 from tests.knowledge.team_graph import ask, build_team_graph
@@ -45,6 +50,15 @@ def _corpus(workspace, rng: random.Random, documents: int = 8, people: int = 12)
                     a, b, embedding=_vector(rng), description=f"{a.name} and {b.name}."
                 )
             RelationSource.objects.get_or_create(relation=relation, chunk=chunk, defaults={"description": chunk.text})
+    for document in made:  # as publishing counts them
+        Document.objects.filter(pk=document.pk).update(
+            chunk_count=4,
+            entity_count=EntitySource.objects.filter(chunk__document=document).values("entity").distinct().count(),
+            relation_count=RelationSource.objects.filter(chunk__document=document)
+            .values("relation")
+            .distinct()
+            .count(),
+        )
     workspace_refresh_counts(workspace_id=workspace.pk)
     workspace.refresh_from_db()
     return made
@@ -129,6 +143,58 @@ def test_a_scoped_question_costs_the_queries_of_an_unscoped_one(workspace, mode,
     with django_assert_num_queries(queries):
         result = ask(workspace, mode, scope=Scope(tags=("team",)))
     assert result.stats["sql_queries"] == queries
+
+
+def _branch_run(sql: str) -> str:
+    """Which branch of a scoped vector search ran: "exact" (the scope read from its own side) or
+    "index" (the filtered HNSW scan), from the plan Postgres executed."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        plan = cursor.fetchone()[0]
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+    ran = set()
+    stack = [plan[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        if "One-Time Filter" in node and node["Plans"][0]["Actual Loops"] > 0:
+            ran.add("exact" if " <= " in node["One-Time Filter"] else "index")
+        stack.extend(node.get("Plans", []))
+    assert len(ran) == 1, ran
+    return ran.pop()
+
+
+@pytest.mark.parametrize(("exact_max", "branch"), [(10_000, "exact"), (1, "index")])
+def test_a_scoped_vector_search_finds_the_nearest_rows_in_scope_by_either_branch(
+    workspace, no_floor, settings, exact_max, branch
+):
+    """A scope of at most VECTOR_EXACT_SCAN_MAX rows is scanned exactly from its own side (a
+    filtered HNSW scan loses recall when the scope is small); a larger one goes through the index.
+    The query picks the branch itself, and either way returns the nearest rows in scope."""
+    rng = random.Random(11)
+    documents = _corpus(workspace, rng)
+    settings.VECTOR_EXACT_SCAN_MAX = exact_max
+    scope = Scope(tags=("handbook",))
+    allowed = _in_scope(documents, scope)
+    assert allowed
+    vector = _vector(rng)
+
+    def nearest(model, ids, k):
+        rows = model.objects.filter(pk__in=ids).annotate(distance=CosineDistance("embedding", vector))
+        return list(rows.order_by("distance", "pk").values_list("pk", flat=True)[:k])
+
+    chunks = Chunk.objects.filter(document_id__in=allowed).values_list("pk", flat=True)
+    entities = EntitySource.objects.filter(chunk__document_id__in=allowed).values_list("entity_id", flat=True)
+    relations = RelationSource.objects.filter(chunk__document_id__in=allowed).values_list("relation_id", flat=True)
+    with CaptureQueriesContext(connection) as queries:
+        found = [row.pk for row in chunks_nearest(workspace=workspace, vector=vector, k=3, scope=scope)]
+    assert found == nearest(Chunk, chunks, 3)
+    assert _branch_run(queries.captured_queries[0]["sql"]) == branch
+    found = [row.pk for row in entities_nearest(workspace=workspace, vector=vector, k=3, scope=scope)]
+    assert found == nearest(Entity, entities, 3)
+    with CaptureQueriesContext(connection) as queries:
+        found = [row.pk for row in relations_nearest(workspace=workspace, vector=vector, k=3, scope=scope)]
+    assert found == nearest(Relation, relations, 3)
+    assert _branch_run(queries.captured_queries[0]["sql"]) == branch
 
 
 def test_a_scope_that_matches_nothing_reads_nothing(workspace):
