@@ -142,8 +142,9 @@ def first_line(answer: str) -> str:
     return lines[0].removeprefix("- ") if lines else ""
 
 
-def ask(workspace, items: list[dict], modes: list[str]) -> list[dict]:
-    """Per question: per mode its answer and the four scores."""
+def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dict]:
+    """Per question: per mode its answer and the four scores, and with `before` (an older
+    extractive answer) the answer and first-line scores of its answer to the same retrieval."""
     from knowledge.models import Document
     from knowledge.rag.answer.extractive import extractive_answer
     from knowledge.rag.retrieval import retrieve
@@ -166,6 +167,10 @@ def ask(workspace, items: list[dict], modes: list[str]) -> list[dict]:
                 "page": item["page"] in {page_of.get(chunk.document_id) for chunk in result.chunks},
                 "text": answer,
             }
+            if before is not None:
+                earlier = before(item["question"], result)
+                row["modes"][mode]["answer_before"] = holds([earlier], item)
+                row["modes"][mode]["first_before"] = holds([first_line(earlier)], item)
         rows.append(row)
         print(f"\r  asked {number}/{len(items)} questions", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -190,17 +195,23 @@ def share(rows: list[dict], mode: str, score: str) -> float:
 
 def report(title: str, rows: list[dict], modes: list[str]) -> dict:
     print(f"\n{title} ({len(rows)} questions)")
-    print(f"{'mode':8} {'answer':>7} {'first':>7} {'retrieved':>10} {'page':>7}   retrieved, not answered")
+    compared = "answer_before" in rows[0]["modes"][modes[0]]
+    print(
+        f"{'mode':8} {'answer':>7} {'first':>7} {'retrieved':>10} {'page':>7}   retrieved, not answered"
+        + ("   answer / first before" if compared else "")
+    )
     table = {}
+    scores = ("answer", "first", "retrieved", "page") + (("answer_before", "first_before") if compared else ())
     for mode in modes:
-        numbers = {score: round(share(rows, mode, score), 3) for score in ("answer", "first", "retrieved", "page")}
+        numbers = {score: round(share(rows, mode, score), 3) for score in scores}
         numbers["retrieved_not_answered"] = sum(
             row["modes"][mode]["retrieved"] and not row["modes"][mode]["answer"] for row in rows
         )
         table[mode] = numbers
         print(
             f"{mode:8} {numbers['answer']:7.3f} {numbers['first']:7.3f} {numbers['retrieved']:10.3f} "
-            f"{numbers['page']:7.3f}   {numbers['retrieved_not_answered']}"
+            f"{numbers['page']:7.3f}   {numbers['retrieved_not_answered']:>22}"
+            + (f"   {numbers['answer_before']:.3f} / {numbers['first_before']:.3f}" if compared else "")
         )
     return table
 
@@ -232,6 +243,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the benchmark database afterwards.")
     parser.add_argument("--reuse", action="store_true", help="Ask on the kept database instead of ingesting.")
     parser.add_argument("--json", type=Path, help="Also write the numbers and every answer to this file.")
+    parser.add_argument(
+        "--answer-before",
+        metavar="REF",
+        help="Also answer each retrieval with the extractive answer as it was at this git commit.",
+    )
     args = parser.parse_args()
     items = load_questions(args.questions)
     pages = sorted({item["page"] for item in items})
@@ -283,7 +299,10 @@ def main() -> None:
             f"{workspace.entity_count:,} entities, {workspace.relation_count:,} relations"
             + (f"; ingested in {numbers['ingest_seconds']:.0f} s" if "ingest_seconds" in numbers else "")
         )
-        rows = ask(workspace, items, modes)
+        from multihop import extractive_answer_of
+
+        before = extractive_answer_of(args.answer_before) if args.answer_before else None
+        rows = ask(workspace, items, modes, before)
         numbers["all"] = report("all questions", rows, modes)
         numbers["tuning"] = report("tuning half (even index)", rows[::2], modes)
         numbers["held_out"] = report("held-out half (odd index)", rows[1::2], modes)

@@ -17,6 +17,8 @@ by where their chunks first appear in the Sources of the context:
 - R@2, R@5: the share of a question's gold passages among the first 2 or 5, averaged;
 - all@5, all@10: the share of questions with every gold passage among the first 5 or 10;
 - answer: the share of extractive answers that contain the gold answer (case and spacing aside);
+  with --answer-before REF, "before" is the same share for the extractive answer of that commit,
+  given the same retrieval;
 - p50 ms: the median time to build the context.
 
 The walk's constants were chosen on the first half of HotpotQA's questions (the tuning half); the
@@ -112,8 +114,31 @@ def contains(answer: str, gold: str) -> bool:
     return bool(gold) and f" {normalized(gold)} " in f" {normalized(answer)} "
 
 
-def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: list[str]) -> dict:
-    """mode -> per-question (rank of each gold passage or None, answer contains gold, ms)."""
+def extractive_answer_of(ref: str):
+    """The extractive answer as it was at git `ref`, loaded beside today's (its imports resolve
+    against today's code), to answer the same retrieval both ways."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(
+        ["git", "show", f"{ref}:knowledge/rag/answer/extractive.py"],  # noqa: S607 - git from PATH
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "extractive_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("extractive_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.extractive_answer
+
+
+def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: list[str], before=None) -> dict:
+    """mode -> per-question (rank of each gold passage or None, answer contains gold, ms, and
+    whether the answer of `before` contains it)."""
     from knowledge.rag.answer.extractive import extractive_answer
     from knowledge.rag.retrieval import nlp_keywords, retrieve
 
@@ -127,7 +152,8 @@ def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: lis
             ranked = list(dict.fromkeys(passage_of.get(row.document_id) for row in result.chunks))
             ranks = [ranked.index(gold) + 1 if gold in ranked else None for gold in item["gold"]]
             answer = extractive_answer(item["question"], result)
-            results[mode].append((ranks, contains(answer, item["answer"]), ms))
+            earlier = before is not None and contains(before(item["question"], result), item["answer"])
+            results[mode].append((ranks, contains(answer, item["answer"]), ms, earlier))
         if number % 10 == 0:
             print(f"\r  asked {number}/{len(questions)} questions", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -136,31 +162,33 @@ def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: lis
 
 def summary(rows: list) -> dict:
     def recall(k):
-        return statistics.mean(sum(1 for r in ranks if r and r <= k) / len(ranks) for ranks, _, _ in rows)
+        return statistics.mean(sum(1 for r in ranks if r and r <= k) / len(ranks) for ranks, *_ in rows)
 
     def every(k):
-        return statistics.mean(all(r and r <= k for r in ranks) for ranks, _, _ in rows)
+        return statistics.mean(all(r and r <= k for r in ranks) for ranks, *_ in rows)
 
     return {
         "R@2": recall(2),
         "R@5": recall(5),
         "all@5": every(5),
         "all@10": every(10),
-        "answer": statistics.mean(found for _, found, _ in rows),
-        "p50 ms": statistics.median(ms for _, _, ms in rows),
+        "answer": statistics.mean(found for _, found, _, _ in rows),
+        "answer before": statistics.mean(earlier for *_, earlier in rows),
+        "p50 ms": statistics.median(ms for _, _, ms, _ in rows),
     }
 
 
 def report(title: str, results: dict, indexes: list[int]) -> dict:
     print(f"\n{title} ({len(indexes)} questions)")
-    print(f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7}")
+    print(f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7} {'before':>7}")
     table = {}
     for mode, rows in results.items():
         numbers = summary([rows[i] for i in indexes])
         table[mode] = numbers
         print(
             f"{mode:8} {numbers['R@2']:6.3f} {numbers['R@5']:6.3f} {numbers['all@5']:6.3f} "
-            f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f}"
+            f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f} "
+            f"{numbers['answer before']:7.3f}"
         )
     return table
 
@@ -174,6 +202,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the benchmark database afterwards.")
     parser.add_argument("--reuse", action="store_true", help="Ask on a kept database instead of ingesting.")
     parser.add_argument("--json", type=Path, help="Also write the numbers to this file.")
+    parser.add_argument(
+        "--answer-before",
+        metavar="REF",
+        help="Also answer each retrieval with the extractive answer as it was at this git commit (column 'before').",
+    )
     parser.add_argument(
         "--no-floor", action="store_true", help="Skip the floor (its ratio means nothing on a busy machine)."
     )
@@ -221,7 +254,8 @@ def main() -> None:
             if "floor" in numbers:
                 numbers["ingest_vs_floor"] = round(numbers["ingest_seconds"] / numbers["floor"]["seconds"], 2)
                 print(f"{numbers['ingest_vs_floor']}x its floor of {numbers['floor']['seconds']:.0f} s")
-        results = ask(workspace, passage_of, data["questions"], modes)
+        before = extractive_answer_of(args.answer_before) if args.answer_before else None
+        results = ask(workspace, passage_of, data["questions"], modes, before)
         half = len(data["questions"]) // 2
         everything = list(range(len(data["questions"])))
         numbers["all"] = report(f"{args.dataset}: all questions", results, everything)

@@ -39,6 +39,10 @@ EXTRACTIVE_REFERRED_WEIGHT = 0.5
 EXTRACTIVE_OTHER_DOCUMENT = 0.5
 # Tables and lists longer than this are cut; the citation leads to the rest.
 EXTRACTIVE_MAX_ROWS = 12
+# A last candidate may complete the answer with what the question asks and no kept one says, when
+# it says at least this many of those terms and this share of their weight.
+EXTRACTIVE_COMPLETION_TERMS = 2
+EXTRACTIVE_COMPLETION_SHARE = 0.34
 
 
 # "Who founded Acme and where is it based?": a conjunction or a question mark followed by
@@ -155,7 +159,33 @@ def _question_parts(question: str, keywords: Keywords, earlier: Sequence[str] = 
         }
         if terms:
             parts.append(terms | referred)
+    compared = _compared(question, keywords)
+    if len(parts) == 1 and len(compared) >= 2:
+        # "Which band was formed first, The Exies or Circus Diablo?": what is asked, of each.
+        named = set().union(*compared)
+        parts = [(parts[0] - named) | terms for terms in compared]
     return parts or ([referred] if referred else [])
+
+
+# "Are both A and B ...?", "Which ..., A or B?", "Were A and B of the same ...?"
+_COMPARES = re.compile(r"\b(?:both|or|either|same|different)\b", re.IGNORECASE)
+
+
+def _compared(question: str, keywords: Keywords) -> list[set[str]]:
+    """The terms of each thing a comparison question names (the names among its low-level
+    keywords, as written in the question), or nothing when it compares nothing."""
+    if not _COMPARES.search(question):
+        return []
+    # A keyword may join two names ("Exies or Circus Diablo"): each is a thing of its own.
+    names = {name.strip() for keyword in keywords.low_level for name in _JOINED.split(keyword)}
+    named = [
+        content_terms(name) for name in sorted(names) if name[:1].isupper() and name in question and content_terms(name)
+    ]
+    # A name inside another ("Diablo" in "Circus Diablo") is not a thing of its own.
+    return [terms for terms in named if not any(terms < other for other in named)]
+
+
+_JOINED = re.compile(r",\s*|\s+(?:and|or)\s+")
 
 
 def _candidates(result: RetrievalResult) -> list[_Candidate]:
@@ -286,11 +316,12 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     rest, plus EXTRACTIVE_ASK_BONUS when it gives what the question asks for (a number, a date, a
     name, a table or a list, code, a definition); when the question names a document by its title,
     candidates of other documents keep EXTRACTIVE_OTHER_DOCUMENT of it; ties go to the candidate
-    repeating more of the question's own words. Kept: for a compound question first the
-    best candidate of each part; then, best first, those above the floor that cover a term of the
-    question no kept one covers (no padding), at most EXTRACTIVE_MAX_SENTENCES; then, for a
-    question whose answer is one hop further, the best candidate of another passage that names
-    what the first answer named and the question did not (its bridge)."""
+    repeating more of the question's own words. Kept: for a compound question, or one comparing
+    things it names, first the best candidate of each part; then, best first, those above the floor
+    that cover a term of the question no kept one covers (no padding), at most
+    EXTRACTIVE_MAX_SENTENCES; then, for a question whose answer is one hop further, the best
+    candidate of another passage that names what the answer so far named and the question did not
+    (its bridge); last, one that says what the question asks and nothing kept says (_completion)."""
     candidates = _candidates(result)
     if not candidates:
         return NO_CONTEXT_ANSWER
@@ -308,7 +339,8 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     # Question words that name a retrieved document ("the functional programming HOWTO").
     titled = {term for candidate in candidates for term in candidate.title & asked}
     scope = max((candidate.title & titled for candidate in candidates), key=len, default=frozenset())
-    scoped = len(scope) >= 2
+    # A comparison names two things, often two documents: neither is the question's scope.
+    scoped = len(scope) >= 2 and len(_compared(question, result.keywords)) < 2
 
     def coverage(candidate: _Candidate, terms: set[str]) -> float:
         about = candidate.read.about | (candidate.title & terms)
@@ -376,6 +408,9 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     bridge = _second_hop(question, chosen, candidates, weight, asked)
     if bridge is not None and len(chosen) < EXTRACTIVE_MAX_SENTENCES:
         chosen.insert(1, bridge)
+    rest = _completion(chosen, candidates, weight, asked)
+    if rest is not None and len(chosen) < EXTRACTIVE_MAX_SENTENCES:
+        chosen.append(rest)
     lines, shown = [], set()
     for candidate in chosen:
         if candidate.sentence in shown:
@@ -405,27 +440,47 @@ def _answers_ask(ask: str, candidate: _Candidate, defined: str) -> bool:
     return _gives(ask, candidate.sentence.text, defined)
 
 
+def _completion(chosen, candidates, weight, asked) -> _Candidate | None:
+    """The candidate that best says what the question asks and the answer so far does not ("was
+    awarded what medal?" when the chosen sentences only name the film): at least
+    EXTRACTIVE_COMPLETION_TERMS of the uncovered terms and EXTRACTIVE_COMPLETION_SHARE of their
+    weight."""
+    said = set().union(*(candidate.read.about | candidate.title for candidate in chosen))
+    missing = asked - said
+    total = sum(weight.get(term, 0.0) for term in missing)
+    if len(missing) < EXTRACTIVE_COMPLETION_TERMS or not total:
+        return None
+    best, best_share = None, EXTRACTIVE_COMPLETION_SHARE
+    for candidate in candidates:
+        gives = candidate.read.about & missing
+        share = sum(weight.get(term, 0.0) for term in gives) / total
+        if len(gives) >= EXTRACTIVE_COMPLETION_TERMS and share > best_share and not _near_duplicate(candidate, chosen):
+            best, best_share = candidate, share
+    return best
+
+
 # A name in the answer that the question did not name: a capitalized run of words, or a single
 # capitalized word not at the start of its sentence.
 _BRIDGE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|of|de|von|van|the))*")
 
 
 def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | None:
-    """The best candidate of another passage that names a bridge of the first answer (a name
-    the first answer gives and the question does not) and covers what the first left uncovered:
+    """The best candidate of another passage that names a bridge of the answer so far (a name
+    it gives and the question does not) and covers what it left uncovered:
     "the director of film X" is named on X's page, and the director's nationality on another."""
-    first = chosen[0]
     names = {
         match.group().strip()
+        for first in chosen
         for match in _BRIDGE.finditer(first.sentence.text)
         if not content_terms(match.group()) <= asked and content_terms(match.group())
     }
     if not names:
         return None
-    missing = asked - first.read.about - first.title
+    missing = asked - set().union(*(first.read.about | first.title for first in chosen))
+    read = {first.row.chunk_id for first in chosen}
     best, best_score = None, 0.0
     for candidate in candidates:
-        if candidate.row.chunk_id == first.row.chunk_id or candidate in chosen:
+        if candidate.row.chunk_id in read:
             continue
         text = candidate.sentence.text
         # The bridge is what the other passage is about: its title, or the subject its sentence opens with.

@@ -546,3 +546,43 @@ def test_code_lines_are_read_as_code_and_sentences_naming_calls_are_not():
     blocks = [kind for kind, _ in _blocks(VENV + "\n" + SETS + "\n>>> basket = {'apple'}\n>>> len(basket)\n1\n")]
 
     assert blocks == ["code", "code"]
+
+
+BANDS = {
+    "Circus Diablo": "Circus Diablo\n\nCircus Diablo is an American rock band, formed in early 2006 by Billy Morrison.",
+    "The Exies": "The Exies\n\nThe Exies were an American rock band from Los Angeles, California, formed in 1997.",
+}
+
+
+def test_a_question_comparing_two_named_things_is_answered_about_each():
+    # The question names both documents: neither is its scope, and each gets its sentence.
+    question = "Which band was formed first, The Exies or Circus Diablo?"
+
+    answer = extractive_answer(question, rows_of(BANDS, question))
+
+    assert "formed in early 2006" in answer
+    assert "formed in 1997" in answer
+
+
+STOCKDALE = {
+    "In Love and War": (
+        "In Love and War\n\nIn Love and War (1987) is a Vietnam war television film starring James Woods. "
+        "It was directed by Paul Aaron."
+    ),
+    "James Stockdale": (
+        "James Stockdale\n\nJames Bond Stockdale was a United States Navy vice admiral awarded the Medal of "
+        "Honor in the Vietnam War. He was a prisoner of war for over seven years."
+    ),
+}
+
+
+def test_what_the_question_still_asks_completes_the_answer():
+    # The film's page names the film; what medal was awarded is on the admiral's page, which shares
+    # no name with the question.
+    question = "The person James Woods plays in the television film In Love and War was awarded what medal?"
+
+    lines = extractive_answer(question, rows_of(STOCKDALE, question)).splitlines()
+
+    assert lines[0].startswith("- In Love and War (1987)")
+    assert any("Medal of Honor" in line for line in lines)
+    assert not any("prisoner" in line for line in lines)
