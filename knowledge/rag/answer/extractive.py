@@ -169,6 +169,7 @@ def _question_parts(question: str, keywords: Keywords, earlier: Sequence[str] = 
 
 # "Are both A and B ...?", "Which ..., A or B?", "Were A and B of the same ...?"
 _COMPARES = re.compile(r"\b(?:both|or|either|same|different)\b", re.IGNORECASE)
+_JOINED = re.compile(r",\s*|\s+(?:and|or)\s+")
 
 
 def _compared(question: str, keywords: Keywords) -> list[set[str]]:
@@ -183,9 +184,6 @@ def _compared(question: str, keywords: Keywords) -> list[set[str]]:
     ]
     # A name inside another ("Diablo" in "Circus Diablo") is not a thing of its own.
     return [terms for terms in named if not any(terms < other for other in named)]
-
-
-_JOINED = re.compile(r",\s*|\s+(?:and|or)\s+")
 
 
 def _candidates(result: RetrievalResult) -> list[_Candidate]:
@@ -470,14 +468,14 @@ def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | Non
     "the director of film X" is named on X's page, and the director's nationality on another."""
     names = {
         match.group().strip()
-        for first in chosen
-        for match in _BRIDGE.finditer(first.sentence.text)
+        for kept in chosen
+        for match in _BRIDGE.finditer(kept.sentence.text)
         if not content_terms(match.group()) <= asked and content_terms(match.group())
     }
     if not names:
         return None
-    missing = asked - set().union(*(first.read.about | first.title for first in chosen))
-    read = {first.row.chunk_id for first in chosen}
+    missing = asked - set().union(*(kept.read.about | kept.title for kept in chosen))
+    read = {kept.row.chunk_id for kept in chosen}
     best, best_score = None, 0.0
     for candidate in candidates:
         if candidate.row.chunk_id in read:

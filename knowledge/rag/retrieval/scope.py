@@ -135,17 +135,18 @@ def row_clause(kind: str, column: str, workspace: Workspace, scope: Scope | None
     return _SUPPORTED[kind].format(column=column, documents=_DOCUMENTS), _params(workspace, scope)
 
 
-def rows_in_scope(kind: str, workspace: Workspace, scope: Scope | None) -> tuple[str, dict]:
-    """The ids of kind "entity" or "relation" in scope, as SQL read from the in-scope documents
-    (an id may repeat); for the searches that scan a small scope exactly."""
-    return _ROWS[kind].format(documents=_DOCUMENTS), _params(workspace, scope)
+def rows_in_scope(kind: str) -> str:
+    """SQL of the ids of kind "entity" or "relation" in scope, read from the in-scope documents (an
+    id may repeat), for the searches that scan a small scope exactly. It takes the parameters of
+    the clauses above."""
+    return _ROWS[kind].format(documents=_DOCUMENTS)
 
 
-def size_of_scope(kind: str, workspace: Workspace, scope: Scope | None) -> tuple[str, dict]:
+def size_of_scope(kind: str) -> str:
     """SQL of how many rows of kind "chunk", "entity" or "relation" the scope holds, as its
     documents counted them when they were published: a bound, without reading the rows (an
-    entity two documents support counts twice)."""
-    return f"SELECT coalesce(sum(sd.{kind}_count), 0) {_IN_SCOPE}", _params(workspace, scope)
+    entity two documents support counts twice). It takes the parameters of the clauses above."""
+    return f"SELECT coalesce(sum(sd.{kind}_count), 0) {_IN_SCOPE}"
 
 
 def documents_in_scope(workspace: Workspace, scope: Scope | None) -> QuerySet[Document]:

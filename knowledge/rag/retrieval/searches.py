@@ -178,13 +178,14 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
         clause, params = row_clause(kind, "x.id", workspace, scope)
     if not clause:
         return _NEAREST_SQL.format(table=kind, scope="", order=_vector_order(size)), {}
-    rows = size_of_scope(kind, workspace, scope)[0]
-    small = f"({rows}) <= %(scope_exact_max)s"
+    small = f"({size_of_scope(kind)}) <= %(scope_exact_max)s"
     if kind == "chunk":
         exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
     else:
-        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind, workspace, scope)[0], table=kind, small=small)
-    sql = _SCOPED_NEAREST_SQL.format(exact=exact, size=rows, table=kind, scope=clause, order=_vector_order(size))
+        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=kind, small=small)
+    sql = _SCOPED_NEAREST_SQL.format(
+        exact=exact, size=size_of_scope(kind), table=kind, scope=clause, order=_vector_order(size)
+    )
     return sql, {**params, "scope_exact_max": settings.VECTOR_EXACT_SCAN_MAX}
 
 
