@@ -299,7 +299,7 @@ def main() -> None:
             f"{workspace.entity_count:,} entities, {workspace.relation_count:,} relations"
             + (f"; ingested in {numbers['ingest_seconds']:.0f} s" if "ingest_seconds" in numbers else "")
         )
-        from multihop import extractive_answer_of
+        from benchmarks.multihop import extractive_answer_of
 
         before = extractive_answer_of(args.answer_before) if args.answer_before else None
         rows = ask(workspace, items, modes, before)
