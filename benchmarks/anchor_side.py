@@ -45,6 +45,7 @@ import os
 import re
 import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -199,6 +200,101 @@ class MemSampler(threading.Thread):
             self.peak_total_pss = max(self.peak_total_pss, w + pg)
 
 
+GRAPH_TABLES = (
+    "knowledge_chunk",
+    "knowledge_entity",
+    "knowledge_relation",
+    "knowledge_entitysource",
+    "knowledge_relationsource",
+    "knowledge_pendingvector",
+    "knowledge_entitydegree",
+)
+
+
+def database_counters() -> dict:
+    """Cumulative counters the growth is read from: WAL written (and how much of it was full-page
+    images, each the first write of a page after a checkpoint), checkpoints, pages read from outside
+    shared_buffers, and row versions written per graph table (HOT ones touch no index)."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint, wal_fpi, wal_records FROM pg_stat_wal")
+        wal_bytes, wal_fpi, wal_records = c.fetchone()
+        c.execute("SELECT checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter")
+        timed, requested = c.fetchone()
+        c.execute("SELECT blks_read, blks_hit FROM pg_stat_database WHERE datname = current_database()")
+        blks_read, blks_hit = c.fetchone()
+        c.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count, autoanalyze_count "
+            "FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+            [list(GRAPH_TABLES)],
+        )
+        tables = {
+            name: {"inserts": i, "updates": u, "hot_updates": h, "deletes": d, "autovacuums": v, "autoanalyzes": a}
+            for name, i, u, h, d, v, a in c.fetchall()
+        }
+    return {
+        "wal_bytes": wal_bytes,
+        "wal_full_page_images": wal_fpi,
+        "wal_records": wal_records,
+        "checkpoints": {"timed": timed, "requested": requested},
+        "blocks_read": blks_read,
+        "blocks_hit": blks_hit,
+        "tables": tables,
+    }
+
+
+def counters_delta(before: dict, after: dict) -> dict:
+    """`after - before`, key by key (nested)."""
+    if isinstance(after, dict):
+        return {k: counters_delta(before.get(k, 0) if isinstance(before, dict) else 0, v) for k, v in after.items()}
+    return after - (before or 0)
+
+
+def database_sizes() -> dict:
+    """Bytes of the database, and of each graph table's heap and each of its indexes."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT pg_database_size(current_database())")
+        total = c.fetchone()[0]
+        c.execute(
+            "SELECT c.relname, pg_relation_size(c.oid), pg_indexes_size(c.oid) "
+            "FROM pg_class c WHERE c.relname = ANY(%s)",
+            [list(GRAPH_TABLES)],
+        )
+        tables = {name: {"heap": heap, "indexes": indexes} for name, heap, indexes in c.fetchall()}
+        c.execute(
+            "SELECT i.relname, pg_relation_size(i.oid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "JOIN pg_class t ON t.oid = x.indrelid WHERE t.relname = ANY(%s) ORDER BY 2 DESC",
+            [list(GRAPH_TABLES)],
+        )
+        indexes = dict(c.fetchall())
+    return {"database": total, "tables": tables, "indexes": indexes}
+
+
+def postgres_settings() -> dict:
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+            [
+                [
+                    "shared_buffers",
+                    "max_wal_size",
+                    "checkpoint_timeout",
+                    "maintenance_work_mem",
+                    "wal_compression",
+                    "autovacuum_vacuum_scale_factor",
+                    "autovacuum_vacuum_insert_scale_factor",
+                    "synchronous_commit",
+                ]
+            ],
+        )
+        return dict(c.fetchall())
+
+
 # ---------------------------------------------------------------------------
 # Workers (forked; as benchmarks/ingest.py and Celery's prefork pool)
 # ---------------------------------------------------------------------------
@@ -245,6 +341,23 @@ def run_workers(count: int, document_ids: list[int], sampler_pids: list[int]):
         w.join()
     sampler_pids.clear()
     return out
+
+
+# ---------------------------------------------------------------------------
+# The corpus, generated once per size and seed
+# ---------------------------------------------------------------------------
+
+
+def corpus(app: Path, target: int, seed: int) -> list:
+    """synth's corpus, kept as JSON in the clone's .data after its first generation: the 10M corpus
+    takes minutes to generate, and a --query-only run needs it again for its questions."""
+    path = app / ".data" / "anchor-corpus" / f"{fmt_size(target)}-{seed}.json"
+    if path.exists():
+        return [synth.Document(**fields) for fields in json.loads(path.read_text())]
+    docs = synth.generate_corpus(target, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([vars(d) for d in docs]))
+    return docs
 
 
 # ---------------------------------------------------------------------------
@@ -340,11 +453,69 @@ def run_queries(workspace, docs, n_queries: int, seed: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def summary(res: dict) -> dict:
+    """The figures that must stay flat as the corpus grows, per size."""
+    millions = res["tokens_cl100k"] / 1e6
+    counters, sizes = res["database_counters"], res["sizes"]
+    relation = counters["tables"].get("knowledge_relation", {})
+    row = {
+        "tokens": res["tokens_cl100k"],
+        "ingest tokens/s": res["insert_tokens_per_s"],
+        "worker CPU-s per 1M tokens": res["cpu_s"]["workers"] / millions,
+        "Postgres CPU-s per 1M tokens": res["cpu_s"]["postgres"] / millions,
+        "WAL MB per 1M tokens": counters["wal_bytes"] / 1e6 / millions,
+        "full-page images per 1M tokens": counters["wal_full_page_images"] / millions,
+        "pages read outside shared_buffers per 1M tokens": counters["blocks_read"] / millions,
+        "relation updates that were HOT": relation.get("hot_updates", 0) / max(1, relation.get("updates", 0)),
+        "database MB": sizes["database"] / 1e6,
+        "graph indexes MB": sum(t["indexes"] for t in sizes["tables"].values()) / 1e6,
+        "peak PSS MB (workers + Postgres)": res["peak_pss_mb"]["workers_plus_postgres"],
+    }
+    for mode in MODES:
+        timing = res.get("query", {}).get("inproc_vectors", {}).get(mode)
+        if timing:
+            row[f"context p50 / p95 ms, {mode}"] = (timing["median_ms"], timing["p95_ms"])
+    return row
+
+
+def run_sizes(a) -> None:
+    """Each size in a process of its own (one database each), then the sizes side by side with
+    the ratio of the largest to the smallest."""
+    sizes = [s.strip() for s in a.sizes.split(",")]
+    results = {}
+    for size in sizes:
+        out = Path(a.out).with_suffix(f".{size}.json")
+        command = [sys.executable, __file__, "--app", a.app, "--anchor", a.anchor, "--tokens", size]
+        command += ["--workers", str(a.workers), "--queries", str(a.queries), "--seed", str(a.seed), "--out", str(out)]
+        subprocess.run(command, check=True)  # noqa: S603 - this script, with our own arguments
+        results[size] = json.loads(out.read_text())
+    rows = {size: summary(res) for size, res in results.items()}
+    first, last = sizes[0], sizes[-1]
+    print(f"\n| | {' | '.join(sizes)} | {last} / {first} |")
+    print(f"|---|{'---|' * len(sizes)}---|")
+    for name in rows[first]:
+        values = [rows[size].get(name) for size in sizes]
+
+        def show(v):
+            if isinstance(v, tuple):
+                return " / ".join(f"{x:,.0f}" for x in v)
+            return f"{v:,.2f}" if isinstance(v, float) and v < 10 else f"{v:,.0f}"
+
+        def ratio(x, y):
+            if isinstance(x, tuple):
+                return " / ".join(f"{b / a:.2f}x" for a, b in zip(x, y, strict=True))
+            return f"{y / x:.2f}x" if x else ""
+
+        print(f"| {name} | {' | '.join(show(v) for v in values)} | {ratio(values[0], values[-1])} |")
+    Path(a.out).write_text(json.dumps({"sizes": sizes, "summary": rows, "runs": results}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--app", required=True, help="clone of the project (with .venv)")
     ap.add_argument("--anchor", default=str(ANCHOR), help="the anchor's folder (synth.py, lightrag_anchor.py)")
     ap.add_argument("--tokens", default="200k")
+    ap.add_argument("--sizes", help="several sizes, e.g. 1M,10M: each run as --tokens, then compared")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--queries", type=int, default=30)
@@ -353,6 +524,9 @@ def main() -> None:
     ap.add_argument("--no-queries", action="store_true")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if a.sizes:
+        run_sizes(a)
+        return
 
     app = Path(a.app).resolve()
     sys.path.insert(0, str(app))
@@ -393,7 +567,7 @@ def main() -> None:
     from knowledge.services import ingestion
 
     t0 = time.perf_counter()
-    docs = synth.generate_corpus(target, a.seed)
+    docs = corpus(app, target, a.seed)
     gen_s = time.perf_counter() - t0
     truth = {e.name for d in docs for f in synth.facts_in_text(d.text) for e in f.entities}
     res: dict = {
@@ -421,6 +595,7 @@ def main() -> None:
         sampler = MemSampler(app, lambda: list(sampler_pids))
         sampler.start()
         pg_cpu0, dbl_cpu0 = postgres_cpu(app), process_cpu(server.pid)
+        counters0 = database_counters()
         t0 = time.perf_counter()
         ids = [
             ingestion.document_create(
@@ -436,6 +611,7 @@ def main() -> None:
         sampler.stop.set()
         sampler.join()
         pg_cpu, dbl_cpu = postgres_cpu(app) - pg_cpu0, process_cpu(server.pid) - dbl_cpu0
+        res["database_counters"] = counters_delta(counters0, database_counters())
         # Stored text equals the corpus text? (the chunker works on what was stored)
         stored = list(Document.objects.filter(pk__in=ids).order_by("pk").values_list("text", flat=True))
         same_text = sum(1 for d, t in zip(docs, stored, strict=False) if d.text == t)
@@ -491,9 +667,9 @@ def main() -> None:
         "unexpected_entities": len(names - truth),
         "llm_cache_rows": LLMCacheEntry.objects.count(),
     }
-    with connection.cursor() as c:
-        c.execute("SELECT pg_database_size(current_database())")
-        res["disk_bytes"] = c.fetchone()[0]
+    res["sizes"] = database_sizes()
+    res["disk_bytes"] = res["sizes"]["database"]
+    res["postgres_settings"] = postgres_settings()
     print(
         f"  graph {res['graph']['entities']} entities {res['graph']['relations']} relations "
         f"{res['graph']['chunks']} chunks",
