@@ -327,7 +327,7 @@ class Entity(models.Model):
         verbose_name_plural = "entities"
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="entity_unique_key")]
-        indexes = [embedding_index("entity"), models.Index(fields=["workspace", "form"], name="entity_form")]
+        indexes = [models.Index(fields=["workspace", "form"], name="entity_form")]
 
     def __str__(self) -> str:
         return self.name
@@ -364,7 +364,6 @@ class Relation(models.Model):
         # Covering indexes: one-hop expansion and the edges among a subgraph's nodes are
         # index-only scans, where a heap fetch would read a page of vectors per relation.
         indexes = [
-            embedding_index("relation"),
             models.Index(
                 fields=["source"],
                 include=["target", "workspace", "weight", "id", "published"],
@@ -397,6 +396,58 @@ class EntityDegree(models.Model):
 
     def __str__(self) -> str:
         return f"entity {self.entity_id}: {self.degree}"
+
+
+class GraphVector(models.Model):
+    """The vector of a published entity or relation, kept in a table of its own for its HNSW index.
+
+    A copy written only by triggers on the graph table (migration 0016), and only when the vector
+    changes, so every writer (publishing, rebuilds, curation, restores, raw SQL) keeps it exact.
+    On the graph row itself, every non-HOT update (a new weight, a longer description: most updates
+    of a relation, whose covering indexes hold its weight) inserted the unchanged vector into HNSW
+    again, so the index held several entries per row and grew past the memory meant for it
+    (benchmarks/results/2026-11-28-scale-10m.md). The id is the graph row's; the row's deletion
+    deletes it (a foreign key ON DELETE CASCADE in the database, not in Django's collector).
+    Searches read it as they read the graph table: `id`, `workspace_id`, `embedding`.
+    """
+
+    workspace_id = models.BigIntegerField()
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIM)
+
+    class Meta:
+        abstract = True
+
+
+class EntityVector(GraphVector):
+    entity = models.OneToOneField(
+        Entity, on_delete=models.DO_NOTHING, db_constraint=False, primary_key=True, db_column="id", related_name="+"
+    )
+
+    class Meta:
+        # An exact scan of a small workspace's vectors starts from its rows (searches._vector_order).
+        indexes = [
+            embedding_index("entityvector"),
+            models.Index(fields=["workspace_id"], name="entityvector_workspace"),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of entity {self.entity_id}"
+
+
+class RelationVector(GraphVector):
+    relation = models.OneToOneField(
+        Relation, on_delete=models.DO_NOTHING, db_constraint=False, primary_key=True, db_column="id", related_name="+"
+    )
+
+    class Meta:
+        # An exact scan of a small workspace's vectors starts from its rows (searches._vector_order).
+        indexes = [
+            embedding_index("relationvector"),
+            models.Index(fields=["workspace_id"], name="relationvector_workspace"),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of relation {self.relation_id}"
 
 
 class EntitySource(models.Model):

@@ -45,11 +45,14 @@ WHERE g.form <> ''
 UNION ALL
 SELECT g.id, g.name, n.id, n.name, 1 - n.distance
 FROM given g CROSS JOIN LATERAL (
-    SELECT o.id, o.name, o.embedding <=> g.embedding AS distance
-    FROM knowledge_entity o
-    WHERE o.workspace_id = g.workspace_id AND o.published AND o.id <> g.id
-    ORDER BY o.embedding <=> g.embedding
-    LIMIT %(nearest)s
+    SELECT v.id, o.name, v.distance
+    FROM (
+        SELECT v.id, v.embedding <=> g.embedding AS distance
+        FROM knowledge_entityvector v
+        WHERE v.workspace_id = g.workspace_id AND v.id <> g.id
+        ORDER BY v.embedding <=> g.embedding
+        LIMIT %(nearest)s
+    ) v JOIN knowledge_entity o ON o.id = v.id
 ) n
 WHERE g.embedding IS NOT NULL AND n.distance <= 1 - %(cosine)s
 """

@@ -180,7 +180,14 @@ def embed_published(*, entity_ids: Iterable[int] = (), relation_ids: Iterable[in
 # Re-embedding (after changing the embedding model)
 
 REEMBED_PAGE = 256
-VECTOR_TABLES = {"knowledge_chunk": "chunk", "knowledge_entity": "entity", "knowledge_relation": "relation"}
+VECTOR_TABLES = ("knowledge_chunk", "knowledge_entity", "knowledge_relation")
+# The tables searched by vector, and their HNSW indexes: the graph's vectors are searched in their
+# copies (knowledge.models.GraphVector), which triggers fill again as rows are re-embedded.
+INDEXED_VECTOR_TABLES = {
+    "knowledge_chunk": "chunk_embedding_hnsw",
+    "knowledge_entityvector": "entityvector_embedding_hnsw",
+    "knowledge_relationvector": "relationvector_embedding_hnsw",
+}
 
 
 def vector_dimensions() -> int:
@@ -199,12 +206,17 @@ def resize_vector_columns(dimensions: int) -> None:
         # documents they were staged for embed again when they run.
         cursor.execute("DELETE FROM knowledge_pendingvector")
         cursor.execute(f"ALTER TABLE knowledge_pendingvector ALTER COLUMN embedding TYPE vector({int(dimensions)})")
-        for table, prefix in VECTOR_TABLES.items():
-            index = f"{prefix}_embedding_hnsw"
+        for index in INDEXED_VECTOR_TABLES.values():
             cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
+        for table in INDEXED_VECTOR_TABLES:
+            if table not in VECTOR_TABLES:  # a copy: its column is NOT NULL, and ALTER TABLE fires no trigger
+                cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+                cursor.execute(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)})")  # noqa: S608
+        for table in VECTOR_TABLES:
             cursor.execute(
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL"  # noqa: S608
             )
+        for table, index in INDEXED_VECTOR_TABLES.items():
             cursor.execute(
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "  # noqa: S608
                 "WITH (m = 16, ef_construction = 64)"

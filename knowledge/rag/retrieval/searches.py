@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from pgvector.django import CosineDistance
@@ -20,7 +19,6 @@ from knowledge.rag.language import CJK_CHARACTERS
 from knowledge.rag.retrieval.scope import (
     Scope,
     chunk_clause,
-    filtered,
     hidden_clause,
     relations_in_scope,
     row_clause,
@@ -47,33 +45,6 @@ def relation_ranks(*, relation_ids: Iterable[int]) -> dict[int, int]:
         rank=degree_of("source__") + degree_of("target__")
     )
     return dict(rows.values_list("pk", "rank"))
-
-
-def _nearest(
-    queryset: QuerySet,
-    *,
-    size: int,
-    vector: Sequence[float],
-    k: int,
-    min_similarity: float | None,
-):
-    # Nobody needs the vectors of the rows found, and parsing them costs more than the search.
-    queryset = (
-        queryset.exclude(embedding=None).defer("embedding").annotate(distance=CosineDistance("embedding", vector))
-    )
-    # Below the threshold an exact scan over the workspace's rows is both right and fast;
-    # ordering by an expression the index cannot serve (distance + 0) is what makes the planner
-    # choose it. Above it the HNSW index answers, scanning on until it has k rows of the
-    # workspace (iterative scans, see settings); in relaxed order, so the rows are sorted here.
-    if size <= settings.VECTOR_EXACT_SCAN_MAX:
-        rows = list(queryset.order_by(F("distance") + 0.0, "pk")[:k])
-    else:
-        rows = sorted(queryset.order_by("distance")[:k], key=lambda row: (row.distance, row.pk))
-    # The rows come nearest first, so the similarity floor keeps a prefix of them: applied
-    # here it gives the same rows as in SQL, without sending the vector twice.
-    if min_similarity is not None:
-        rows = [row for row in rows if row.distance <= 1.0 - min_similarity]
-    return rows
 
 
 # Reciprocal rank fusion: a row's score is the sum over the rankings that found it of
@@ -124,7 +95,10 @@ def search_terms(text: str) -> str:
 
 
 def _vector_order(size: int) -> str:
-    # See _nearest: below the threshold an exact scan, forced by an expression the index cannot serve.
+    # Below the threshold an exact scan over the workspace's rows is both right and fast; ordering
+    # by an expression the index cannot serve (distance + 0) is what makes the planner choose it.
+    # Above it the HNSW index answers, scanning on until it has k rows of the workspace (iterative
+    # scans, see settings).
     return "(x.embedding <=> %(vector)s::vector) + 0" if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
 
 
@@ -174,17 +148,19 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
     nearest %(vector)s in the workspace and `scope`, and the parameters of its scope."""
     if kind == "chunk":
         clause, params = chunk_clause("x.document_id", workspace, scope)
+        table = "chunk"
     else:
         clause, params = row_clause(kind, "x.id", workspace, scope)
+        table = f"{kind}vector"  # the graph's vectors and their index (knowledge.models.GraphVector)
     if not clause:
-        return _NEAREST_SQL.format(table=kind, scope="", order=_vector_order(size)), {}
+        return _NEAREST_SQL.format(table=table, scope="", order=_vector_order(size)), {}
     small = f"({size_of_scope(kind)}) <= %(scope_exact_max)s"
     if kind == "chunk":
         exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
     else:
-        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=kind, small=small)
+        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=table, small=small)
     sql = _SCOPED_NEAREST_SQL.format(
-        exact=exact, size=size_of_scope(kind), table=kind, scope=clause, order=_vector_order(size)
+        exact=exact, size=size_of_scope(kind), table=table, scope=clause, order=_vector_order(size)
     )
     return sql, {**params, "scope_exact_max": settings.VECTOR_EXACT_SCAN_MAX}
 
@@ -359,13 +335,11 @@ def relations_nearest(
     """The k relations closest to `vector`, each with `.distance`, both endpoints loaded (name,
     type, description) and their degrees as `.source_degree` and `.target_degree`; only those a
     chunk of a document in `scope` supports."""
-    relations = Relation.objects.filter(workspace=workspace)
-    if filtered(workspace, scope):
-        nearest, params = _nearest_sql("relation", workspace=workspace, size=workspace.relation_count, scope=scope)
-        params |= {"workspace_id": workspace.pk, "vector": _vector_literal(vector), "k": k}
-        ids = f"SELECT id FROM ({nearest}) nearest"  # noqa: S608 - fixed SQL; values are parameters
-        relations = relations.filter(pk__in=RawSQL(*_positional(ids, params)))  # noqa: S611 - the same
-    return _nearest(
+    nearest, params = _nearest_sql("relation", workspace=workspace, size=workspace.relation_count, scope=scope)
+    params |= {"workspace_id": workspace.pk, "vector": _vector_literal(vector), "k": k}
+    ids = f"SELECT id FROM ({nearest}) nearest"  # noqa: S608 - fixed SQL; values are parameters
+    relations = Relation.objects.filter(workspace=workspace, pk__in=RawSQL(*_positional(ids, params)))  # noqa: S611
+    rows = list(
         relations.select_related("source", "target")
         .only(
             "pk",
@@ -377,13 +351,18 @@ def relations_nearest(
             "weight",
             *(f"{end}__{name}" for end in ("source", "target") for name in ("name", "type", "description")),
         )
-        .annotate(source_degree=degree_of("source__"), target_degree=degree_of("target__")),
-        # Scoped, the subquery has chosen the k rows already: ordering them is an exact scan of k.
-        size=0 if filtered(workspace, scope) else workspace.relation_count,
-        vector=vector,
-        k=k,
-        min_similarity=min_similarity,
+        .annotate(
+            source_degree=degree_of("source__"),
+            target_degree=degree_of("target__"),
+            distance=CosineDistance("embedding", vector),
+        )
+        # The subquery has chosen the k rows already: ordering them is an exact sort of k.
+        .order_by("distance", "pk")
     )
+    # Applied here, the similarity floor gives the same rows as in SQL without sending the vector twice.
+    if min_similarity is not None:
+        rows = [row for row in rows if row.distance <= 1.0 - min_similarity]
+    return rows
 
 
 # The candidates are ranked on ids and numbers alone; only the rows kept are joined to their text.
