@@ -15,6 +15,15 @@ def _plain_http_and_own_rate_limits(settings):
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid4().hex}"}}
 
 
+@pytest.fixture(autouse=True)
+def _queue_read_afresh(monkeypatch):
+    """The time left of a document counts the queue as read at most WAITING_TTL ago; each test
+    reads its own."""
+    from knowledge.services import events
+
+    monkeypatch.setattr(events, "_waiting", (float("-inf"), {}))
+
+
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 

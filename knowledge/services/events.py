@@ -81,9 +81,27 @@ def seconds_left(document, reference: dict | None) -> int | None:
 ACTIVE_MAX = 500
 
 
+# Every step of every document announces its progress with a time left that counts the whole
+# queue: read afresh each time, the queue cost a worker 12% of its CPU during a long ingestion
+# (benchmarks/results/2026-11-28-scale-10m.md). A time left a second or two old is as good.
+WAITING_TTL = 2.0
+_waiting: tuple[float, dict[int, int]] = (float("-inf"), {})
+
+
 def work_waiting() -> dict[int, int]:
     """Installation-wide (the workers are shared by every workspace): each document still to be
-    processed, with the seconds of work it needs (seconds_left); those without an estimate are left out."""
+    processed, with the seconds of work it needs (seconds_left); those without an estimate are left
+    out. Read at most every WAITING_TTL seconds per process."""
+    global _waiting
+    read_at, waiting = _waiting
+    if time.monotonic() - read_at < WAITING_TTL:
+        return waiting
+    waiting = _work_waiting()
+    _waiting = (time.monotonic(), waiting)
+    return waiting
+
+
+def _work_waiting() -> dict[int, int]:
     from knowledge.models import Document
 
     active = (

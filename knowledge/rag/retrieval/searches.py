@@ -456,10 +456,14 @@ WITH hop AS MATERIALIZED (
     WHERE l.workspace_id = %(workspace_id)s
       AND (l.source_id IN (SELECT id FROM hop) OR l.target_id IN (SELECT id FROM hop))
 ), walked AS MATERIALIZED (
-    SELECT e.id FROM knowledge_entity e
-    WHERE e.workspace_id = %(workspace_id)s AND e.published
-      AND e.id IN (SELECT id FROM hop UNION SELECT source_id FROM synonyms UNION SELECT target_id FROM synonyms)
-      {entity_scope}
+    -- Each looked up by its key: a join lets the planner hash a scan of every entity.
+    SELECT e.id
+    FROM (SELECT id FROM hop UNION SELECT source_id FROM synonyms UNION SELECT target_id FROM synonyms) n
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM knowledge_entity e
+        WHERE e.id = n.id AND e.workspace_id = %(workspace_id)s AND e.published{entity_scope}
+        LIMIT 1
+    ) e
 ), served AS (
     SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
     WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
@@ -532,23 +536,42 @@ def walk_edges(
     return edges
 
 
+# Every part reads a bounded number of rows whatever the graph's size (2026-11-28-scale-10m.md):
+# the unserved chunks from their documents, at most SUPPORT_SCAN passages per entity and relation
+# (a hub's thousands would be most of the query) plus its links into the passages given, and the
+# links of each passage kept aggregated once.
 _CHUNKS_SUPPORTING_SQL = """
-WITH hidden AS (
+WITH hidden AS MATERIALIZED (
     -- Chunks of documents not published yet (or failed): nothing is served from them.
-    SELECT c.id FROM knowledge_document d JOIN knowledge_chunk c ON c.document_id = d.id
+    SELECT c.id FROM knowledge_document d
+    CROSS JOIN LATERAL (SELECT id FROM knowledge_chunk WHERE document_id = d.id) c
     WHERE d.workspace_id = %(workspace_id)s AND (d.status <> 'processed'{scope})
 ), entity_rows AS (
     SELECT id, pos FROM unnest(%(entity_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), relation_rows AS (
     SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
-), links AS (
-    SELECT s.chunk_id, 'E' AS kind, s.entity_id AS item, r.pos, s.description
+), links AS MATERIALIZED (
+    SELECT s.chunk_id, 'E' AS kind, r.id AS item, r.pos, s.description
+    FROM entity_rows r CROSS JOIN LATERAL (
+        SELECT chunk_id, description FROM knowledge_entitysource
+        WHERE entity_id = r.id AND chunk_id NOT IN (SELECT id FROM hidden)
+        ORDER BY chunk_id LIMIT %(scan)s
+    ) s
+    UNION
+    SELECT s.chunk_id, 'E', s.entity_id, r.pos, s.description
     FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
-    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
-    UNION ALL
+    WHERE s.chunk_id = ANY(%(chunk_ids)s) AND s.chunk_id NOT IN (SELECT id FROM hidden)
+    UNION
+    SELECT s.chunk_id, 'R', r.id, r.pos, s.description
+    FROM relation_rows r CROSS JOIN LATERAL (
+        SELECT chunk_id, description FROM knowledge_relationsource
+        WHERE relation_id = r.id AND chunk_id NOT IN (SELECT id FROM hidden)
+        ORDER BY chunk_id LIMIT %(scan)s
+    ) s
+    UNION
     SELECT s.chunk_id, 'R', s.relation_id, r.pos, s.description
     FROM knowledge_relationsource s JOIN relation_rows r ON r.id = s.relation_id
-    WHERE s.chunk_id NOT IN (SELECT id FROM hidden)
+    WHERE s.chunk_id = ANY(%(chunk_ids)s) AND s.chunk_id NOT IN (SELECT id FROM hidden)
 ), per_chunk AS (
     SELECT chunk_id, count(*) AS support, min(pos) AS first_pos FROM links GROUP BY chunk_id
 ), top AS (
@@ -558,22 +581,27 @@ WITH hidden AS (
     SELECT DISTINCT ON (l.kind, l.item) l.chunk_id
     FROM links l JOIN per_chunk p USING (chunk_id)
     ORDER BY l.kind, l.item, p.support DESC, l.chunk_id
-), wanted AS (
+), wanted AS MATERIALIZED (
     SELECT chunk_id, true AS in_top, place FROM top
     UNION ALL
     SELECT chunk_id, false, NULL FROM best WHERE chunk_id NOT IN (SELECT chunk_id FROM top)
+), listed AS (
+    SELECT chunk_id, json_agg(json_build_array(kind, item, description) ORDER BY kind, pos) AS links
+    FROM links WHERE chunk_id IN (SELECT chunk_id FROM wanted) GROUP BY chunk_id
 )
 SELECT c.id, c.document_id, d.title, c.char_start, c.char_end,
        CASE WHEN w.in_top THEN c.text END, c.token_count, coalesce(p.support, 0), w.in_top,
-       (SELECT json_agg(json_build_array(l.kind, l.item, l.description)) FROM links l WHERE l.chunk_id = c.id),
-       c.section, c.location, c.page_start, c.page_end, c.anchor
+       k.links, c.section, c.location, c.page_start, c.page_end, c.anchor
 FROM wanted w
 LEFT JOIN per_chunk p ON p.chunk_id = w.chunk_id
+LEFT JOIN listed k ON k.chunk_id = w.chunk_id
 JOIN knowledge_chunk c ON c.id = w.chunk_id
 JOIN knowledge_document d ON d.id = c.document_id
 WHERE c.workspace_id = %(workspace_id)s
 ORDER BY w.in_top DESC, w.place, p.support DESC, p.first_pos NULLS LAST, c.id
 """
+# How many passages of one entity or relation the citations look at (see above).
+SUPPORT_SCAN = 64
 
 _CHUNK_COLUMNS = (
     "chunk_id",
@@ -603,10 +631,11 @@ def chunks_supporting(
     scope: Scope | None = None,
 ) -> list[dict]:
     """The given passages with their text, in their order (`in_top`), then, without text, the
-    best-supported passage of every given entity and relation not among them, so each can be
-    cited; in one query. A passage's `support` is how many of the given entities and relations it
-    was extracted for, and `links` lists them as (kind "E" or "R", id, description in that
-    passage). Passages of documents not published, or not in `scope`, are left out."""
+    best-supported passage of every given entity and relation not among them (of its first
+    SUPPORT_SCAN), so each can be cited; in one query. A passage's `support` is how many of the
+    given entities and relations it was extracted for, and `links` lists them as (kind "E" or
+    "R", id, description in that passage). Passages of documents not published, or not in
+    `scope`, are left out."""
     if not chunk_ids and not entity_ids and not relation_ids:
         return []
     params = {
@@ -614,6 +643,7 @@ def chunks_supporting(
         "chunk_ids": list(chunk_ids),
         "entity_ids": list(entity_ids),
         "relation_ids": list(relation_ids),
+        "scan": SUPPORT_SCAN,
     }
     clause, scope_params = hidden_clause("d.id", workspace, scope)
     params.update(scope_params)
