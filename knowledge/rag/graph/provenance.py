@@ -6,6 +6,8 @@ replaces, which its publishing transaction retires (knowledge.services.ingestion
 Rebuilds and publishing compare these fingerprints to know whether what they computed still holds.
 """
 
+from django.db.models import Count, Max, Min, Q
+
 from knowledge.models import Document
 
 
@@ -17,8 +19,7 @@ def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
     return seen or sources
 
 
-def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], document_id: int | None) -> dict:
-    """row id -> its visible sources as (id, *columns), in id order."""
+def _sources(model, field: str, ids: list[int], document_id: int | None):
     rows = model.objects.filter(**{f"{field}__in": ids})
     replaced = (
         Document.objects.filter(pk=document_id).values_list("replaces_id", flat=True).first() if document_id else None
@@ -26,6 +27,12 @@ def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], doc
     if replaced is not None:
         # Rows only the retiring version supports keep their values until it goes with them.
         rows = rows.exclude(chunk__document_id=replaced)
+    return rows
+
+
+def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], document_id: int | None) -> dict:
+    """row id -> its visible sources as (id, *columns), in id order."""
+    rows = _sources(model, field, ids, document_id)
     everything: dict[int, list[tuple]] = {}
     for row in rows.order_by("id").values_list(field, "id", *columns, "chunk__document__status", "chunk__document_id"):
         everything.setdefault(row[0], []).append(row[1:])
@@ -38,5 +45,27 @@ def fingerprints_of(rows: dict[int, list[tuple]]) -> dict[int, tuple]:
 
 
 def fingerprints(model, field: str, ids: list[int], document_id: int | None = None) -> dict[int, tuple]:
-    """row id -> the fingerprint of the sources its values come from."""
-    return fingerprints_of(source_rows(model, field, ids, (), document_id))
+    """row id -> the fingerprint of the sources its values come from: fingerprints_of(source_rows(...)),
+    counted in the database (a hub's thousands of sources are not sent over to be counted)."""
+    visible = Q(chunk__document__status=Document.Status.PROCESSED)
+    if document_id is not None:
+        visible |= Q(chunk__document_id=document_id)
+    found = (
+        _sources(model, field, ids, document_id)
+        .order_by()
+        .values(field)
+        .annotate(
+            seen=Count("id", filter=visible),
+            seen_low=Min("id", filter=visible),
+            seen_high=Max("id", filter=visible),
+            all=Count("id"),
+            low=Min("id"),
+            high=Max("id"),
+        )
+    )
+    return {
+        row[field]: (row["seen"], row["seen_low"], row["seen_high"])
+        if row["seen"]
+        else (row["all"], row["low"], row["high"])
+        for row in found
+    }
