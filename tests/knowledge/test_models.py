@@ -63,7 +63,10 @@ def test_the_indexed_copy_of_a_graph_vector_is_written_only_when_the_vector_chan
 
     # What most writes to a relation are: a new weight, a longer description.
     written = _copy_writes()
-    update_rows(Relation, {known.pk: {"weight": 3.0, "description": "longer"}, pending.pk: {"weight": 2.0, "description": "kept"}})
+    update_rows(
+        Relation,
+        {known.pk: {"weight": 3.0, "description": "longer"}, pending.pk: {"weight": 2.0, "description": "kept"}},
+    )
     Entity.objects.filter(pk=alice.pk).update(description="an engineer")
     assert _copy_writes() == written
 
