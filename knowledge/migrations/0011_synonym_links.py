@@ -7,10 +7,8 @@ from knowledge.rag.names import surface_form
 
 
 def forms_and_links(apps, schema_editor):
-    """Every existing entity gets its form, and the published ones their synonym links, as a
-    document's entities get them when it publishes (knowledge.rag.graph.synonyms)."""
-    from knowledge.rag.graph.synonyms import link_synonyms
-
+    """Every existing entity gets its form. The published ones get their synonym links in 0016,
+    from the vectors' index that migration makes (the code that finds them reads it)."""
     Entity = apps.get_model("knowledge", "Entity")
     rows = list(Entity.objects.values_list("pk", "key"))
     with schema_editor.connection.cursor() as cursor:
@@ -21,9 +19,6 @@ def forms_and_links(apps, schema_editor):
                 "WHERE e.id = v.id",
                 [[pk for pk, _ in page], [surface_form(key) for _, key in page]],
             )
-    published = list(Entity.objects.filter(published=True).values_list("pk", flat=True))
-    for start in range(0, len(published), 1000):
-        link_synonyms(published[start : start + 1000])
 
 
 class Migration(migrations.Migration):
