@@ -204,6 +204,8 @@ GRAPH_TABLES = (
     "knowledge_chunk",
     "knowledge_entity",
     "knowledge_relation",
+    "knowledge_entityvector",
+    "knowledge_relationvector",
     "knowledge_entitysource",
     "knowledge_relationsource",
     "knowledge_pendingvector",
