@@ -206,6 +206,16 @@ def resize_vector_columns(dimensions: int) -> None:
         # documents they were staged for embed again when they run.
         cursor.execute("DELETE FROM knowledge_pendingvector")
         cursor.execute(f"ALTER TABLE knowledge_pendingvector ALTER COLUMN embedding TYPE vector({int(dimensions)})")
+        # Postgres will not change the type of a column a trigger names (the copies' triggers,
+        # migration 0016): they are set aside as they are defined and put back after.
+        cursor.execute(
+            "SELECT tgname, tgrelid::regclass::text, pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgrelid = ANY(%s::regclass[]) AND NOT tgisinternal AND pg_get_triggerdef(oid) LIKE '%%embedding%%'",
+            [list(VECTOR_TABLES)],
+        )
+        triggers = cursor.fetchall()
+        for name, table, _ in triggers:
+            cursor.execute(f"DROP TRIGGER {name} ON {table}")  # noqa: S608 - names from the catalog
         for index in INDEXED_VECTOR_TABLES.values():
             cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
         for table in INDEXED_VECTOR_TABLES:
@@ -216,6 +226,8 @@ def resize_vector_columns(dimensions: int) -> None:
             cursor.execute(
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL"  # noqa: S608
             )
+        for _, _, definition in triggers:
+            cursor.execute(definition)
         for table, index in INDEXED_VECTOR_TABLES.items():
             cursor.execute(
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "  # noqa: S608

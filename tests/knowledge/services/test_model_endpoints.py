@@ -14,7 +14,7 @@ import redis
 from django.conf import settings as django_settings
 
 from config import settings as project
-from knowledge.models import Chunk, Document, Entity, ModelChoice, ModelEndpoint, Reembedding
+from knowledge.models import Chunk, Document, Entity, EntityVector, ModelChoice, ModelEndpoint, Reembedding
 from knowledge.rag import graph, llm
 from knowledge.rag.llm import servers
 from knowledge.services import ingestion, model_endpoints
@@ -276,6 +276,12 @@ def test_a_new_embedding_model_resizes_the_columns_and_re_embeds_everything(
     later = _document(workspace, "Grace Hopper wrote the first compiler.\n\nShe worked on the UNIVAC.")
     assert later.status == Document.Status.PROCESSED, later.error_detail
     assert {len(vector) for vector in Chunk.objects.filter(document=later).values_list("embedding", flat=True)} == {8}
+    # The searched copies of the graph's vectors are the new ones, and the later document's too:
+    # their triggers were put back after the resize.
+    published = Entity.objects.filter(published=True)
+    assert published.filter(sources__chunk__document=later).exists()
+    assert set(EntityVector.objects.values_list("pk", flat=True)) == set(published.values_list("pk", flat=True))
+    assert {len(vector) for vector in EntityVector.objects.values_list("embedding", flat=True)} == {8}
 
 
 def test_a_dimension_change_is_refused_while_documents_are_ingesting(staff, server, workspace, sent_tasks):
