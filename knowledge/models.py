@@ -315,6 +315,10 @@ class Entity(models.Model):
     summary = models.TextField(blank=True, db_default="")
     summary_through = models.BigIntegerField(db_default=0)
     summary_sources = models.PositiveIntegerField(db_default=0)
+    # What the values above count of the provenance, so that a document's build reads only the
+    # sources after it: the last source id and how many up to it, the tallies of types and
+    # spellings, whether the description was cut (knowledge.rag.graph.rebuild).
+    folded = models.JSONField(null=True, blank=True)
     # Like Chunk, the table has a generated `search` tsvector of the name (unstemmed, CJK as pairs
     # of characters) with a GIN index, read only by the lookup of low-level keywords by name
     # (entities_nearest in knowledge/rag/retrieval/searches.py).
@@ -350,6 +354,8 @@ class Relation(models.Model):
     summary = models.TextField(blank=True, db_default="")
     summary_through = models.BigIntegerField(db_default=0)
     summary_sources = models.PositiveIntegerField(db_default=0)
+    # As Entity.folded, without tallies (the weight and keywords are sums and unions).
+    folded = models.JSONField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -461,6 +467,8 @@ class EntitySource(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["entity", "chunk"], name="entitysource_unique")]
+        # A build reads a row's sources after the last one it folded (knowledge.rag.graph.rebuild).
+        indexes = [models.Index(fields=["entity", "id"], include=["chunk"], name="entitysource_by_entity")]
 
     def __str__(self) -> str:
         return f"{self.name} in chunk {self.chunk_id}"
@@ -475,6 +483,7 @@ class RelationSource(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["relation", "chunk"], name="relationsource_unique")]
+        indexes = [models.Index(fields=["relation", "id"], include=["chunk"], name="relationsource_by_relation")]
 
     def __str__(self) -> str:
         return f"relation {self.relation_id} in chunk {self.chunk_id}"

@@ -61,6 +61,7 @@ ENTITY_FIELDS = (
     "summary",
     "summary_through",
     "summary_sources",
+    "folded",
     "created_at",
     "updated_at",
 )
@@ -77,6 +78,7 @@ RELATION_FIELDS = (
     "summary",
     "summary_through",
     "summary_sources",
+    "folded",
     "created_at",
     "updated_at",
 )
@@ -452,6 +454,8 @@ def entity_update(*, entity: Entity, actor, name: str, type: str, description: s
         renamed = name != entity.name
         entity.name, entity.key, entity.type, entity.description = name, new_key, type.strip(), description.strip()
         entity.form = surface_form(new_key)
+        # The edited values are no longer what the provenance folds: the next build counts it all again.
+        entity.folded = None
         entity.save()
         # An entity's vector is made of its name, its relations' of their names (and keywords).
         relations = Relation.objects.filter(Q(source=entity) | Q(target=entity)) if renamed else Relation.objects.none()

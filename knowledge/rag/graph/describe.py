@@ -41,8 +41,9 @@ def _needs_summary(new: list[str], candidates: list[str]) -> bool:
     return len(new) > settings.SUMMARY_TRIGGER and tokens > settings.SUMMARY_MIN_TOKENS
 
 
-def _within_budget(fragments: list[str]) -> str:
-    """As many fragments as fit in SUMMARY_MAX_TOKENS, in order (the first one cut if it alone is too long)."""
+def _within_budget(fragments: list[str]) -> tuple[str, bool]:
+    """As many fragments as fit in SUMMARY_MAX_TOKENS, in order (the first one cut if it alone is
+    too long), and whether some were left out: then later fragments never get in either."""
     kept, used = [], 0
     for fragment in fragments:
         size = _tokens(fragment)
@@ -51,10 +52,10 @@ def _within_budget(fragments: list[str]) -> str:
                 from knowledge.rag.tokens import decode, encode
 
                 kept.append(decode(encode(fragment)[: settings.SUMMARY_MAX_TOKENS]))
-            break
+            return "\n".join(kept), True
         kept.append(fragment)
         used += size
-    return "\n".join(kept)
+    return "\n".join(kept), False
 
 
 @dataclass
@@ -126,6 +127,33 @@ class Summarized:
 class Described:
     description: str
     summarized: Summarized
+    # Fragments were left out to stay within SUMMARY_MAX_TOKENS (no model to summarize them).
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What a row's description already folds, so that only newer sources need reading
+    (knowledge.rag.graph.rebuild): its description and whether it was cut, and the last source
+    id and the number of sources folded into it."""
+
+    description: str
+    cut: bool
+    through: int
+    sources: int
+
+
+def _budgeted(fragments: list[str]) -> "Described":
+    text, cut = _within_budget(fragments)
+    return Described(text, Summarized(), cut)
+
+
+def _pending(folded: Folded, state: Summarized) -> list[str]:
+    """The fragments below the summary in a folded description (all of it without a summary)."""
+    text = folded.description
+    if state.summary:
+        text = text[len(state.summary) :] if text.startswith(state.summary) else ""
+    return [line for line in text.split("\n") if line.strip()]
 
 
 def describe(
@@ -135,6 +163,7 @@ def describe(
     states: dict[int, Summarized],
     usage,
     fallback,
+    folded: dict[int, Folded] | None = None,
 ) -> dict[int, Described]:
     """id -> the merged description of each row, from its sources (id, description) in id order.
 
@@ -146,24 +175,37 @@ def describe(
     every document, and every fragment reaches a summary's input exactly once. A row that lost a
     source its summary folded (a deletion, a failed document, a merge) is summarized again from
     all that remain. Without a chat model: the fragments that fit in SUMMARY_MAX_TOKENS.
+
+    A row in `folded` gets only its sources not folded yet: the result is the one all its
+    sources would give, its summary and its folded description taken as they are.
     """
+    folded = folded or {}
     result, to_summarize = {}, []
     for pk, subject in subjects.items():
         rows = sources.get(pk, [])
         state = states.get(pk, Summarized())
-        folded = sum(1 for source_id, _ in rows if source_id <= state.through)
-        if state.summary and folded == state.sources:
-            base, new = [state.summary], _fragments(text for source_id, text in rows if source_id > state.through)
+        prior = folded.get(pk)
+        if prior is not None:
+            if prior.cut:
+                result[pk] = Described(prior.description, Summarized(), cut=True)
+                continue
+            base = [state.summary] if state.summary else []
+            new = _fragments([*_pending(prior, state), *(text for _, text in rows)])
+            latest = (max([prior.through, *(source_id for source_id, _ in rows)]), prior.sources + len(rows))
         else:
-            base, new = [], _fragments(text for _, text in rows)
+            folded_here = sum(1 for source_id, _ in rows if source_id <= state.through)
+            if state.summary and folded_here == state.sources:
+                base, new = [state.summary], _fragments(text for source_id, text in rows if source_id > state.through)
+            else:
+                base, new = [], _fragments(text for _, text in rows)
+            latest = (max(source_id for source_id, _ in rows), len(rows)) if rows else (0, 0)
         candidates = base + [fragment for fragment in new if fragment not in base]
         if not _needs_summary(new, candidates):
             result[pk] = Described("\n".join(candidates), state if base else Summarized())
         elif llm.chat_model_configured():
-            latest = (max(source_id for source_id, _ in rows), len(rows)) if rows else (0, 0)
             to_summarize.append((pk, _Summary(kind, subject, candidates), latest))
         else:
-            result[pk] = Described(_within_budget(candidates), Summarized())
+            result[pk] = _budgeted(candidates)
     if to_summarize:
         try:
             _summarize([item for _, item, _ in to_summarize], usage)
@@ -175,6 +217,8 @@ def describe(
                 raise
             logger.warning("summaries failed; keeping budgeted fragments for %d %ss", len(to_summarize), kind)
             for pk, _, _ in to_summarize:
-                fragments = _fragments(text for _, text in sources[pk])
-                result[pk] = Described(_within_budget(fragments), Summarized())
+                texts = (text for _, text in sources.get(pk, []))
+                if pk in folded:
+                    texts = [*_pending(folded[pk], states.get(pk, Summarized())), *texts]
+                result[pk] = _budgeted(_fragments(texts))
     return result

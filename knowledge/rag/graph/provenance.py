@@ -6,6 +6,9 @@ replaces, which its publishing transaction retires (knowledge.services.ingestion
 Rebuilds and publishing compare these fingerprints to know whether what they computed still holds.
 """
 
+from functools import reduce
+from operator import or_
+
 from django.db.models import Count, Max, Min, Q
 
 from knowledge.models import Document
@@ -39,17 +42,58 @@ def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], doc
     return {pk: [row[:-2] for row in _visible(rows, document_id)] for pk, rows in everything.items()}
 
 
+def _up_to(field: str, throughs: dict[int, int], newer: bool) -> Q:
+    return reduce(
+        or_, (Q(**{field: pk, "id__gt" if newer else "id__lte": through}) for pk, through in throughs.items())
+    )
+
+
+def unfolded_rows(
+    model, field: str, throughs: dict[int, int], columns: tuple[str, ...], document_id: int | None
+) -> dict[int, list[tuple]]:
+    """row id -> its visible sources its folded values do not count yet, as (id, *columns) in id
+    order: those of published documents after its `through` id, and all of the document being
+    built (a build that started before the last publication has sources below it)."""
+    if not throughs:
+        return {}
+    newer = Q(_up_to(field, throughs, newer=True), chunk__document__status=Document.Status.PROCESSED)
+    if document_id is not None:
+        newer |= Q(**{f"{field}__in": list(throughs)}, chunk__document_id=document_id)
+    found: dict[int, list[tuple]] = {}
+    for row in (
+        _sources(model, field, list(throughs), document_id)
+        .filter(newer)
+        .order_by("id")
+        .values_list(field, "id", *columns)
+    ):
+        found.setdefault(row[0], []).append(row[1:])
+    return found
+
+
 def fingerprints_of(rows: dict[int, list[tuple]]) -> dict[int, tuple]:
     """row id -> (count, lowest id, highest id) of its sources."""
     return {pk: (len(found), found[0][0], found[-1][0]) for pk, found in rows.items()}
 
 
-def fingerprints(model, field: str, ids: list[int], document_id: int | None = None) -> dict[int, tuple]:
+def fingerprints(
+    model, field: str, ids: list[int], document_id: int | None = None, throughs: dict[int, int] | None = None
+) -> dict[int, tuple]:
     """row id -> the fingerprint of the sources its values come from: fingerprints_of(source_rows(...)),
-    counted in the database (a hub's thousands of sources are not sent over to be counted)."""
+    counted in the database (a hub's thousands of sources are not sent over to be counted).
+
+    With `throughs` (row id -> a source id), each of those rows' fingerprint is followed by the
+    count of its published sources up to that id, not counting the document being built: what a
+    row's folded values (knowledge.rag.graph.rebuild) say they count, for them to still hold.
+    """
     visible = Q(chunk__document__status=Document.Status.PROCESSED)
     if document_id is not None:
         visible |= Q(chunk__document_id=document_id)
+    folded = {}
+    if throughs:
+        published = Q(_up_to(field, throughs, newer=False), chunk__document__status=Document.Status.PROCESSED)
+        if document_id is not None:
+            published &= ~Q(chunk__document_id=document_id)
+        folded = {"folded": Count("id", filter=published)}
     found = (
         _sources(model, field, ids, document_id)
         .order_by()
@@ -61,11 +105,15 @@ def fingerprints(model, field: str, ids: list[int], document_id: int | None = No
             all=Count("id"),
             low=Min("id"),
             high=Max("id"),
+            **folded,
         )
     )
-    return {
-        row[field]: (row["seen"], row["seen_low"], row["seen_high"])
-        if row["seen"]
-        else (row["all"], row["low"], row["high"])
-        for row in found
-    }
+    result = {}
+    for row in found:
+        fingerprint = (
+            (row["seen"], row["seen_low"], row["seen_high"]) if row["seen"] else (row["all"], row["low"], row["high"])
+        )
+        if throughs and row[field] in throughs:
+            fingerprint += (row["folded"],)
+        result[row[field]] = fingerprint
+    return result

@@ -18,12 +18,13 @@ from knowledge.rag import llm
 from knowledge.rag.extraction.records import keyword_union
 from knowledge.rag.graph.describe import (
     Described,
+    Folded,
     Summarized,
     describe,
 )
 from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_text, relation_vectors
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
-from knowledge.rag.graph.provenance import fingerprints, fingerprints_of, source_rows
+from knowledge.rag.graph.provenance import fingerprints, source_rows, unfolded_rows
 from knowledge.rag.graph.staging import stage_rows
 from knowledge.rag.graph.vectors import update_rows
 
@@ -107,7 +108,7 @@ def _rebuild_batch(job, result: RebuildResult) -> None:
         ids = stale
 
 
-SUMMARY_FIELDS = ("summary", "summary_through", "summary_sources")
+SUMMARY_FIELDS = ("summary", "summary_through", "summary_sources", "folded")
 
 
 def _states(rows: dict[int, dict]) -> dict[int, Summarized]:
@@ -121,6 +122,65 @@ def _described_fields(described: Described) -> dict:
         "summary_through": described.summarized.through,
         "summary_sources": described.summarized.sources,
     }
+
+
+class _Sources:
+    """A batch's sources, read in full or, for rows whose folded values still hold, only those
+    not folded yet.
+
+    A document's build only adds sources, so on a published row it starts from what the row's
+    `folded` says it counts (the last source id and how many up to it; the tallies of types and
+    spellings; the description), checked against the published provenance in the same query as
+    the fingerprints, and reads only the published sources after it and its own.
+    A hub mentioned by every document is then read once per document for what that document
+    adds, not for everything every document said. Deletions, merges and edits rebuild from all
+    sources (document_id is None) and fold again.
+    """
+
+    def __init__(self, job, rows: dict[int, dict], columns: tuple[str, ...]):
+        ids = list(rows)
+        throughs = {}
+        if job.document_id is not None:
+            # A model connected after a description was cut could summarize everything it left out.
+            summarizing = llm.chat_model_configured()
+            throughs = {
+                pk: row["folded"]["through"]
+                for pk, row in rows.items()
+                if row["published"] and row["folded"] and not (row["folded"]["cut"] and summarizing)
+            }
+        counted = fingerprints(job.source_model, job.source_field, ids, job.document_id, throughs)
+        self.fingerprints = {pk: found[:3] for pk, found in counted.items()}
+        self.folded = {
+            pk: rows[pk]["folded"] for pk in throughs if pk in counted and counted[pk][3] == rows[pk]["folded"]["count"]
+        }
+        whole = [pk for pk in self.fingerprints if pk not in self.folded]
+        self.rows = source_rows(job.source_model, job.source_field, whole, columns, job.document_id) if whole else {}
+        self.rows.update(
+            unfolded_rows(
+                job.source_model,
+                job.source_field,
+                {pk: folded["through"] for pk, folded in self.folded.items()},
+                columns,
+                job.document_id,
+            )
+        )
+
+    def described(self, rows: dict[int, dict]) -> dict[int, Folded]:
+        return {
+            pk: Folded(rows[pk]["description"], folded["cut"], folded["through"], folded["count"])
+            for pk, folded in self.folded.items()
+        }
+
+    def fold(self, pk: int, described: Described, **tallies) -> dict:
+        """The row's new `folded`: what it counts now."""
+        before = self.folded.get(pk, {"through": 0, "count": 0})
+        found = [row[0] for row in self.rows.get(pk, [])]
+        return {
+            "through": max([before["through"], *found]),
+            "count": before["count"] + len(found),
+            "cut": described.cut,
+            **tallies,
+        }
 
 
 @dataclass
@@ -148,17 +208,17 @@ class _EntityRebuild:
                 "pk", "workspace_id", "key", "name", "type", "description", "published", *SUMMARY_FIELDS
             )
         }
-        types: dict[int, Counter] = {}
-        spellings: dict[int, Counter] = {}
+        sources = _Sources(self, rows, ("name", "type", "description"))
+        types = {pk: Counter(folded["types"]) for pk, folded in sources.folded.items()}
+        spellings = {pk: Counter(folded["names"]) for pk, folded in sources.folded.items()}
         descriptions: dict[int, list[tuple[int, str]]] = {}
-        sources = source_rows(EntitySource, "entity_id", ids, ("name", "type", "description"), self.document_id)
-        for entity_id, found in sources.items():
+        for entity_id, found in sources.rows.items():
             for source_id, name, kind, description in found:
                 if kind:
                     types.setdefault(entity_id, Counter())[kind] += 1
                 spellings.setdefault(entity_id, Counter())[name] += 1
                 descriptions.setdefault(entity_id, []).append((source_id, description))
-        fingerprints = fingerprints_of(sources)
+        fingerprints = sources.fingerprints
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         # The display name stays while some source still spells it so (a curated survivor keeps its
         # name); otherwise the most common spelling among the remaining sources takes over.
@@ -166,7 +226,9 @@ class _EntityRebuild:
             pk: row["name"] if row["name"] in spellings[pk] else spellings[pk].most_common(1)[0][0]
             for pk, row in alive.items()
         }
-        merged = describe("entity", names, descriptions, _states(alive), self.usage, self.fallback)
+        merged = describe(
+            "entity", names, descriptions, _states(alive), self.usage, self.fallback, sources.described(rows)
+        )
         # Published rows whose name changed get a new vector now; unpublished ones get theirs when
         # their document is staged for publishing (knowledge.services.ingestion).
         renamed = [
@@ -177,8 +239,9 @@ class _EntityRebuild:
         for pk, row in alive.items():
             fields = {
                 "name": names[pk],
-                "type": types[pk].most_common(1)[0][0] if pk in types else row["type"],
+                "type": types[pk].most_common(1)[0][0] if types.get(pk) else row["type"],
                 **_described_fields(merged[pk]),
+                "folded": sources.fold(pk, merged[pk], types=dict(types.get(pk, {})), names=dict(spellings[pk])),
             }
             values[pk] = dict(fields)
             if pk in vectors:
@@ -226,18 +289,16 @@ class _RelationRebuild:
                 *SUMMARY_FIELDS,
             )
         }
-        weights: dict[int, float] = {}
-        keywords: dict[int, list[str]] = {}
+        sources = _Sources(self, rows, ("strength", "keywords", "description"))
+        weights = {pk: rows[pk]["weight"] for pk in sources.folded}
+        keywords = {pk: [rows[pk]["keywords"]] for pk in sources.folded}
         descriptions: dict[int, list[tuple[int, str]]] = {}
-        sources = source_rows(
-            RelationSource, "relation_id", ids, ("strength", "keywords", "description"), self.document_id
-        )
-        for relation_id, found in sources.items():
+        for relation_id, found in sources.rows.items():
             for source_id, strength, words, description in found:
                 weights[relation_id] = weights.get(relation_id, 0.0) + strength
                 keywords.setdefault(relation_id, []).append(words)
                 descriptions.setdefault(relation_id, []).append((source_id, description))
-        fingerprints = fingerprints_of(sources)
+        fingerprints = sources.fingerprints
         alive = {pk: row for pk, row in rows.items() if pk in fingerprints}
         merged = describe(
             "relationship",
@@ -246,6 +307,7 @@ class _RelationRebuild:
             _states(alive),
             self.usage,
             self.fallback,
+            sources.described(rows),
         )
         new_keywords = {pk: keyword_union(keywords[pk]) for pk in alive}
         # Endpoint names do not change here (renaming or merging an endpoint re-embeds its
@@ -268,7 +330,12 @@ class _RelationRebuild:
         )
         updates, values = {}, {}
         for pk, row in alive.items():
-            fields = {"keywords": new_keywords[pk], "weight": weights[pk], **_described_fields(merged[pk])}
+            fields = {
+                "keywords": new_keywords[pk],
+                "weight": weights[pk],
+                **_described_fields(merged[pk]),
+                "folded": sources.fold(pk, merged[pk]),
+            }
             values[pk] = dict(fields)
             if pk in vectors:
                 fields["embedding"] = vectors[pk]

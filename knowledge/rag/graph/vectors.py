@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
+from psycopg.types.json import Jsonb
 
 from knowledge.models import Chunk, Document, Entity, Relation
 from knowledge.rag import llm
@@ -23,7 +24,12 @@ _COLUMN_TYPES = {
     "summary": "text",
     "summary_through": "int8",
     "summary_sources": "int4",
+    "folded": "jsonb",
 }
+
+
+def _param(column: str, value):
+    return Jsonb(value) if _COLUMN_TYPES[column] == "jsonb" and value is not None else value
 
 
 def _vector_cursor() -> psycopg.Cursor:
@@ -71,7 +77,7 @@ def update_rows(model, updates: dict[int, dict]) -> None:
             # for each other instead of deadlocking.
             cursor.execute(lock, [[pk for pk, _ in page]])
             params = [[pk for pk, _ in page]]
-            params += [[values.get(column) for _, values in page] for column in columns]
+            params += [[_param(column, values.get(column)) for _, values in page] for column in columns]
             if with_vectors:
                 params.append([_as_vector(values.get("embedding")) for _, values in page])
             cursor.execute(sql, params)

@@ -72,8 +72,15 @@ def _summary_floor(sources: str) -> Callable[[dict, Ids], None]:
     def walk(row: dict, ids: Ids) -> None:
         if "summary_through" in row:
             row["summary_through"] = ids.floor(sources, row["summary_through"])
+        _fold_floor(row, ids, sources)
 
     return walk
+
+
+def _fold_floor(row: dict, ids: Ids, sources: str) -> None:
+    # A graph row's `folded` counts its sources up to an id (knowledge.rag.graph.rebuild).
+    if row.get("folded"):
+        row["folded"] = {**row["folded"], "through": ids.floor(sources, row["folded"]["through"])}
 
 
 def _rows(rows: list[dict], ids: Ids, refs: dict[str, str], floor: tuple[str, str] | None = None) -> list[dict]:
@@ -85,6 +92,7 @@ def _rows(rows: list[dict], ids: Ids, refs: dict[str, str], floor: tuple[str, st
                 row[column] = ids.id(table, row[column])
         if floor and floor[0] in row:
             row[floor[0]] = ids.floor(floor[1], row[floor[0]])
+            _fold_floor(row, ids, floor[1])
         out.append(row)
     return out
 

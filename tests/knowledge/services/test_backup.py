@@ -138,6 +138,9 @@ def full_dump(workspace: Workspace) -> dict:
                 elif field.attname == "summary_through":
                     sources = "entity_sources" if table.name == "entities" else "relation_sources"
                     value = bisect.bisect_right(ids[sources], value)
+                elif field.attname == "folded" and value:
+                    sources = "entity_sources" if table.name == "entities" else "relation_sources"
+                    value = {**value, "through": bisect.bisect_right(ids[sources], value["through"])}
                 elif field.attname == "snapshot":
                     continue  # holds rows deleted by the merge; test_undo_... checks it by undoing
                 elif field.attname == "embedding" and value is not None:

@@ -27,7 +27,9 @@ from knowledge.models import (
     Relation,
     Workspace,
 )
-from knowledge.rag import prompts
+from knowledge.rag import graph, llm, prompts
+from knowledge.rag.graph import describe, rebuild
+from knowledge.rag.graph.rebuild import SUMMARY_FIELDS
 from knowledge.services import ingestion
 from knowledge.services.ingestion import runs, steps
 from knowledge.tasks import ingest_next
@@ -603,6 +605,83 @@ def test_many_short_mentions_wait_for_the_summary_floor_and_long_ones_do_not(ope
     for number in range(5, 8):
         _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub, long.")
     assert [len(fragments) for fragments in summaries] == [5]
+
+
+def _graph_values(workspace) -> dict:
+    entities = Entity.objects.filter(workspace=workspace).order_by("key")
+    relations = Relation.objects.filter(workspace=workspace).order_by("pk")
+    return {
+        "entities": list(entities.values("key", "name", "type", "description", *SUMMARY_FIELDS)),
+        "relations": list(relations.values("pk", "keywords", "weight", "description", *SUMMARY_FIELDS)),
+    }
+
+
+@pytest.mark.parametrize("summaries", [False, True], ids=["fragments", "summaries"])
+def test_a_build_reads_only_the_sources_a_row_has_not_folded_and_gets_what_all_of_them_give(
+    openai_double, workspace, settings, monkeypatch, summaries
+):
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS, settings.SUMMARY_MAX_TOKENS = 3, 0, 60
+    if not summaries:
+        # The model extracts but is not asked to summarize: descriptions are cut to the budget.
+        class Unsummarized:
+            def __getattr__(self, name):
+                return getattr(llm, name)
+
+            def chat_model_configured(self):
+                return False
+
+        monkeypatch.setattr(describe, "llm", Unsummarized())
+        monkeypatch.setattr(rebuild, "llm", Unsummarized())
+
+    def script(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if system.startswith("You merge descriptions"):
+            return f"Summary of {len(re.findall(r'^- ', user, flags=re.M))} descriptions."
+        if len(body["messages"]) > 2:
+            return prompts.DONE_MARKER
+        (number,) = map(int, re.findall(r"Report (\d+)", user))
+        # Two spellings and two types, the majority changing on the way; a pair seen every time.
+        name, kind = ("HUB", "product") if number % 3 == 0 else ("Hub", "concept" if number < 9 else "location")
+        return "\n".join(
+            [
+                f"entity<|>{name}<|>{kind}<|>Report {number} says something about the hub.",
+                f"entity<|>Spoke<|>concept<|>Report {number} names the spoke.",
+                f"relation<|>{name}<|>Spoke<|>link {number % 4}<|>Report {number} links them.<|>{number}",
+                prompts.DONE_MARKER,
+            ]
+        )
+
+    openai_double.reply(script)
+    read = []
+    real_source_rows, real_unfolded_rows = rebuild.source_rows, rebuild.unfolded_rows
+
+    def counting(real):
+        def wrapped(*args, **kwargs):
+            found = real(*args, **kwargs)
+            read.append(sum(map(len, found.values())))
+            return found
+
+        return wrapped
+
+    monkeypatch.setattr(rebuild, "source_rows", counting(real_source_rows))
+    monkeypatch.setattr(rebuild, "unfolded_rows", counting(real_unfolded_rows))
+    for number in range(1, 13):
+        read.clear()
+        _ingest(workspace, f"report-{number}.txt", f"Report {number} mentions the hub.")
+
+    # The twelfth build read its own two entity and one relation sources, not the 36 there are.
+    assert sum(read) == 3
+    built = _graph_values(workspace)
+    hub = Entity.objects.get(workspace=workspace, key="hub")
+    assert (hub.name, hub.type) == ("Hub", "concept")
+    # Rebuilt from every source, unfolded, the rows come out the same, their folds included.
+    Entity.objects.filter(workspace=workspace).update(folded=None)
+    Relation.objects.filter(workspace=workspace).update(folded=None)
+    graph.rebuild_entities(entity_ids=Entity.objects.filter(workspace=workspace).values_list("pk", flat=True))
+    graph.rebuild_relations(relation_ids=Relation.objects.filter(workspace=workspace).values_list("pk", flat=True))
+    assert _graph_values(workspace) == built
+    assert ("Summary of" in hub.description) == summaries
+    assert hub.folded["cut"] == (not summaries)
 
 
 def _run_until(document: Document, stage: str) -> Document:
