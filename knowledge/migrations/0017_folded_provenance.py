@@ -2,6 +2,56 @@
 
 from django.db import migrations, models
 
+# What makes a graph row's folded values stale other than a build's new sources (which a
+# publication folds): a source deleted or changed, a processed document no longer processed.
+# Each adds an entry for its workspace; an entry is a new epoch (knowledge.rag.graph.provenance).
+# An append-only table, so that a deletion locks no row a publication also writes.
+EPOCHS = """
+CREATE TABLE knowledge_provenance_epoch (id bigserial PRIMARY KEY, workspace_id bigint NOT NULL);
+CREATE INDEX knowledge_provenance_epoch_workspace ON knowledge_provenance_epoch (workspace_id, id);
+
+CREATE FUNCTION knowledge_provenance_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'knowledge_entitysource' THEN
+        INSERT INTO knowledge_provenance_epoch (workspace_id)
+        SELECT DISTINCT e.workspace_id FROM old_sources s JOIN knowledge_entity e ON e.id = s.entity_id;
+    ELSE
+        INSERT INTO knowledge_provenance_epoch (workspace_id)
+        SELECT DISTINCT r.workspace_id FROM old_sources s JOIN knowledge_relation r ON r.id = s.relation_id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION knowledge_provenance_unpublished() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO knowledge_provenance_epoch (workspace_id) VALUES (OLD.workspace_id);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER entitysource_deleted AFTER DELETE ON knowledge_entitysource
+    REFERENCING OLD TABLE AS old_sources FOR EACH STATEMENT EXECUTE FUNCTION knowledge_provenance_changed();
+CREATE TRIGGER entitysource_updated AFTER UPDATE ON knowledge_entitysource
+    REFERENCING OLD TABLE AS old_sources FOR EACH STATEMENT EXECUTE FUNCTION knowledge_provenance_changed();
+CREATE TRIGGER relationsource_deleted AFTER DELETE ON knowledge_relationsource
+    REFERENCING OLD TABLE AS old_sources FOR EACH STATEMENT EXECUTE FUNCTION knowledge_provenance_changed();
+CREATE TRIGGER relationsource_updated AFTER UPDATE ON knowledge_relationsource
+    REFERENCING OLD TABLE AS old_sources FOR EACH STATEMENT EXECUTE FUNCTION knowledge_provenance_changed();
+CREATE TRIGGER document_unpublished AFTER UPDATE OF status ON knowledge_document FOR EACH ROW
+    WHEN (OLD.status = 'processed' AND NEW.status <> 'processed')
+    EXECUTE FUNCTION knowledge_provenance_unpublished();
+"""
+
+EPOCHS_GONE = """
+DROP TRIGGER document_unpublished ON knowledge_document;
+DROP TRIGGER relationsource_updated ON knowledge_relationsource;
+DROP TRIGGER relationsource_deleted ON knowledge_relationsource;
+DROP TRIGGER entitysource_updated ON knowledge_entitysource;
+DROP TRIGGER entitysource_deleted ON knowledge_entitysource;
+DROP FUNCTION knowledge_provenance_unpublished();
+DROP FUNCTION knowledge_provenance_changed();
+DROP TABLE knowledge_provenance_epoch;
+"""
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -27,4 +77,5 @@ class Migration(migrations.Migration):
             model_name="relationsource",
             index=models.Index(fields=["relation", "id"], include=("chunk",), name="relationsource_by_relation"),
         ),
+        migrations.RunSQL(EPOCHS, EPOCHS_GONE),
     ]

@@ -4,14 +4,54 @@ A served row says only what published documents say; a document's build adds its
 (knowledge.rag.graph.staging) and, for a new version, leaves out the sources of the version it
 replaces, which its publishing transaction retires (knowledge.services.ingestion.versions).
 Rebuilds and publishing compare these fingerprints to know whether what they computed still holds.
+
+A row whose values are folded (knowledge.rag.graph.rebuild: what they count of its provenance,
+up to a source id) has for fingerprint what it says it folds and the workspace's provenance
+epoch, read from the row and one index entry: no source of a hub is read to know that it still
+holds. The epoch is the last entry of `knowledge_provenance_epoch` for the workspace, which
+triggers add whenever provenance changes other than by a build's new rows: a source deleted or
+updated, a processed document no longer processed (migration 0017). A publication adds sources
+too, but it writes the new folds of every row they support.
 """
 
-from functools import reduce
-from operator import or_
-
+from django.db import connection
 from django.db.models import Count, Max, Min, Q
 
 from knowledge.models import Document
+from knowledge.rag import llm
+
+FOLDED = "folded"
+
+
+def provenance_epoch(workspace_id: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(max(id), 0) FROM knowledge_provenance_epoch WHERE workspace_id = %s", [workspace_id]
+        )
+        return cursor.fetchone()[0]
+
+
+def folding_epoch(document_id: int | None) -> int | None:
+    """The epoch a build of this document may start from folded values at, or None when it may
+    not: outside a build (deletions, merges, edits rebuild from everything) and for a new version
+    (its build leaves out the sources of the version it replaces, which the folds count)."""
+    if document_id is None:
+        return None
+    document = Document.objects.filter(pk=document_id).values("workspace_id", "replaces_id").first()
+    if document is None or document["replaces_id"] is not None:
+        return None
+    return provenance_epoch(document["workspace_id"])
+
+
+def fold_fingerprint(folded: dict | None, published: bool, epoch: int | None) -> tuple | None:
+    """A row's fingerprint from its folded values, if a build may start from them: a published
+    row folded at the current epoch; not a description cut to the budget while a chat model could
+    now summarize what it left out."""
+    if epoch is None or not published or not folded or folded.get("epoch") != epoch:
+        return None
+    if folded["cut"] and llm.chat_model_configured():
+        return None
+    return (FOLDED, epoch, folded["through"], folded["count"])
 
 
 def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
@@ -42,10 +82,11 @@ def source_rows(model, field: str, ids: list[int], columns: tuple[str, ...], doc
     return {pk: [row[:-2] for row in _visible(rows, document_id)] for pk, rows in everything.items()}
 
 
-def _up_to(field: str, throughs: dict[int, int], newer: bool) -> Q:
-    return reduce(
-        or_, (Q(**{field: pk, "id__gt" if newer else "id__lte": through}) for pk, through in throughs.items())
-    )
+def _newer(field: str, throughs: dict[int, int]) -> Q:
+    found = Q()
+    for pk, through in throughs.items():
+        found |= Q(**{field: pk, "id__gt": through})
+    return found
 
 
 def unfolded_rows(
@@ -56,7 +97,7 @@ def unfolded_rows(
     built (a build that started before the last publication has sources below it)."""
     if not throughs:
         return {}
-    newer = Q(_up_to(field, throughs, newer=True), chunk__document__status=Document.Status.PROCESSED)
+    newer = Q(_newer(field, throughs), chunk__document__status=Document.Status.PROCESSED)
     if document_id is not None:
         newer |= Q(**{f"{field}__in": list(throughs)}, chunk__document_id=document_id)
     found: dict[int, list[tuple]] = {}
@@ -75,27 +116,28 @@ def fingerprints_of(rows: dict[int, list[tuple]]) -> dict[int, tuple]:
     return {pk: (len(found), found[0][0], found[-1][0]) for pk, found in rows.items()}
 
 
-def fingerprints(
-    model, field: str, ids: list[int], document_id: int | None = None, throughs: dict[int, int] | None = None
-) -> dict[int, tuple]:
-    """row id -> the fingerprint of the sources its values come from: fingerprints_of(source_rows(...)),
-    counted in the database (a hub's thousands of sources are not sent over to be counted).
-
-    With `throughs` (row id -> a source id), each of those rows' fingerprint is followed by the
-    count of its published sources up to that id, not counting the document being built: what a
-    row's folded values (knowledge.rag.graph.rebuild) say they count, for them to still hold.
-    """
+def fingerprints(model, field: str, ids: list[int], document_id: int | None = None) -> dict[int, tuple]:
+    """row id -> the fingerprint of the sources its values come from: for a document's build, the
+    folded one of a row whose folds it may start from (fold_fingerprint); else
+    fingerprints_of(source_rows(...)), counted in the database."""
+    if not ids:
+        return {}
+    result = {}
+    epoch = folding_epoch(document_id)
+    if epoch is not None:
+        owner = model._meta.get_field(field.removesuffix("_id")).related_model
+        for pk, published, folded in owner.objects.filter(pk__in=ids).values_list("pk", "published", "folded"):
+            fingerprint = fold_fingerprint(folded, published, epoch)
+            if fingerprint is not None:
+                result[pk] = fingerprint
+    rest = [pk for pk in ids if pk not in result]
+    if not rest:
+        return result
     visible = Q(chunk__document__status=Document.Status.PROCESSED)
     if document_id is not None:
         visible |= Q(chunk__document_id=document_id)
-    folded = {}
-    if throughs:
-        published = Q(_up_to(field, throughs, newer=False), chunk__document__status=Document.Status.PROCESSED)
-        if document_id is not None:
-            published &= ~Q(chunk__document_id=document_id)
-        folded = {"folded": Count("id", filter=published)}
     found = (
-        _sources(model, field, ids, document_id)
+        _sources(model, field, rest, document_id)
         .order_by()
         .values(field)
         .annotate(
@@ -105,15 +147,10 @@ def fingerprints(
             all=Count("id"),
             low=Min("id"),
             high=Max("id"),
-            **folded,
         )
     )
-    result = {}
     for row in found:
-        fingerprint = (
+        result[row[field]] = (
             (row["seen"], row["seen_low"], row["seen_high"]) if row["seen"] else (row["all"], row["low"], row["high"])
         )
-        if throughs and row[field] in throughs:
-            fingerprint += (row["folded"],)
-        result[row[field]] = fingerprint
     return result

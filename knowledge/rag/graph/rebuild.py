@@ -24,7 +24,15 @@ from knowledge.rag.graph.describe import (
 )
 from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_text, relation_vectors
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
-from knowledge.rag.graph.provenance import fingerprints, source_rows, unfolded_rows
+from knowledge.rag.graph.provenance import (
+    fingerprints,
+    fingerprints_of,
+    fold_fingerprint,
+    folding_epoch,
+    provenance_epoch,
+    source_rows,
+    unfolded_rows,
+)
 from knowledge.rag.graph.staging import stage_rows
 from knowledge.rag.graph.vectors import update_rows
 
@@ -129,32 +137,32 @@ class _Sources:
     not folded yet.
 
     A document's build only adds sources, so on a published row it starts from what the row's
-    `folded` says it counts (the last source id and how many up to it; the tallies of types and
-    spellings; the description), checked against the published provenance in the same query as
-    the fingerprints, and reads only the published sources after it and its own.
-    A hub mentioned by every document is then read once per document for what that document
-    adds, not for everything every document said. Deletions, merges and edits rebuild from all
-    sources (document_id is None) and fold again.
+    `folded` says it counts (the last source id and how many; the tallies of types and
+    spellings; the description), if nothing but publications changed the workspace's provenance
+    since (knowledge.rag.graph.provenance), and reads only the published sources after it and
+    its own. A hub mentioned by every document is then read once per document for what that
+    document adds, not for everything every document said. Deletions, merges and edits rebuild
+    from all sources (document_id is None) and fold again.
     """
 
     def __init__(self, job, rows: dict[int, dict], columns: tuple[str, ...]):
-        ids = list(rows)
-        throughs = {}
-        if job.document_id is not None:
-            # A model connected after a description was cut could summarize everything it left out.
-            summarizing = llm.chat_model_configured()
-            throughs = {
-                pk: row["folded"]["through"]
-                for pk, row in rows.items()
-                if row["published"] and row["folded"] and not (row["folded"]["cut"] and summarizing)
-            }
-        counted = fingerprints(job.source_model, job.source_field, ids, job.document_id, throughs)
-        self.fingerprints = {pk: found[:3] for pk, found in counted.items()}
-        self.folded = {
-            pk: rows[pk]["folded"] for pk in throughs if pk in counted and counted[pk][3] == rows[pk]["folded"]["count"]
-        }
-        whole = [pk for pk in self.fingerprints if pk not in self.folded]
+        # Read before the sources: a change after it makes the folds written here count as old.
+        epoch = folding_epoch(job.document_id)
+        if epoch is None:
+            workspace_id = next((row["workspace_id"] for row in rows.values()), None)
+            self.epoch = provenance_epoch(workspace_id) if workspace_id is not None else 0
+        else:
+            self.epoch = epoch
+        self.fingerprints = {}
+        for pk, row in rows.items():
+            fingerprint = fold_fingerprint(row["folded"], row["published"], epoch)
+            if fingerprint is not None:
+                self.fingerprints[pk] = fingerprint
+        self.folded = {pk: rows[pk]["folded"] for pk in self.fingerprints}
+        # The other rows are read whole, and fingerprinted from what is read.
+        whole = [pk for pk in rows if pk not in self.folded]
         self.rows = source_rows(job.source_model, job.source_field, whole, columns, job.document_id) if whole else {}
+        self.fingerprints.update(fingerprints_of(self.rows))
         self.rows.update(
             unfolded_rows(
                 job.source_model,
@@ -172,10 +180,11 @@ class _Sources:
         }
 
     def fold(self, pk: int, described: Described, **tallies) -> dict:
-        """The row's new `folded`: what it counts now."""
+        """The row's new `folded`: what it counts now, and the epoch it was read at."""
         before = self.folded.get(pk, {"through": 0, "count": 0})
         found = [row[0] for row in self.rows.get(pk, [])]
         return {
+            "epoch": self.epoch,
             "through": max([before["through"], *found]),
             "count": before["count"] + len(found),
             "cut": described.cut,
@@ -280,6 +289,7 @@ class _RelationRebuild:
             row["pk"]: row
             for row in Relation.objects.filter(pk__in=ids).values(
                 "pk",
+                "workspace_id",
                 "keywords",
                 "description",
                 "weight",

@@ -28,7 +28,8 @@ from knowledge.models import (
     Workspace,
 )
 from knowledge.rag import graph, llm, prompts
-from knowledge.rag.graph import describe, rebuild
+from knowledge.rag.graph import describe, provenance, rebuild
+from knowledge.rag.graph.provenance import provenance_epoch
 from knowledge.rag.graph.rebuild import SUMMARY_FIELDS
 from knowledge.services import ingestion
 from knowledge.services.ingestion import runs, steps
@@ -630,8 +631,8 @@ def test_a_build_reads_only_the_sources_a_row_has_not_folded_and_gets_what_all_o
             def chat_model_configured(self):
                 return False
 
-        monkeypatch.setattr(describe, "llm", Unsummarized())
-        monkeypatch.setattr(rebuild, "llm", Unsummarized())
+        for module in (describe, provenance, rebuild):
+            monkeypatch.setattr(module, "llm", Unsummarized())
 
     def script(body):
         system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
@@ -671,17 +672,30 @@ def test_a_build_reads_only_the_sources_a_row_has_not_folded_and_gets_what_all_o
 
     # The twelfth build read its own two entity and one relation sources, not the 36 there are.
     assert sum(read) == 3
-    built = _graph_values(workspace)
     hub = Entity.objects.get(workspace=workspace, key="hub")
     assert (hub.name, hub.type) == ("Hub", "concept")
-    # Rebuilt from every source, unfolded, the rows come out the same, their folds included.
+    assert ("Summary of" in hub.description) == summaries
+    assert hub.folded["cut"] == (not summaries)
+    _assert_as_rebuilt_from_everything(workspace)
+
+    # A deletion changes the provenance under the folds: the next build reads the hub whole.
+    epoch = provenance_epoch(workspace.pk)
+    ingestion.document_delete(document=Document.objects.get(workspace=workspace, title="report-5.txt"))
+    assert provenance_epoch(workspace.pk) > epoch
+    read.clear()
+    _ingest(workspace, "report-13.txt", "Report 13 mentions the hub.")
+    assert sum(read) == 3
+    _assert_as_rebuilt_from_everything(workspace)
+
+
+def _assert_as_rebuilt_from_everything(workspace) -> None:
+    """Rebuilt from every source, unfolded, the rows come out the same, their folds included."""
+    built = _graph_values(workspace)
     Entity.objects.filter(workspace=workspace).update(folded=None)
     Relation.objects.filter(workspace=workspace).update(folded=None)
     graph.rebuild_entities(entity_ids=Entity.objects.filter(workspace=workspace).values_list("pk", flat=True))
     graph.rebuild_relations(relation_ids=Relation.objects.filter(workspace=workspace).values_list("pk", flat=True))
     assert _graph_values(workspace) == built
-    assert ("Summary of" in hub.description) == summaries
-    assert hub.folded["cut"] == (not summaries)
 
 
 def _run_until(document: Document, stage: str) -> Document:
