@@ -116,6 +116,8 @@ SUMMARY_TRIGGER = env_int("SUMMARY_TRIGGER", 8, minimum=1)
 SUMMARY_MAX_TOKENS = env_int("SUMMARY_MAX_TOKENS", 1200, minimum=50)
 SUMMARY_MIN_TOKENS = env_int("SUMMARY_MIN_TOKENS", 400, minimum=0)
 VECTOR_EXACT_SCAN_MAX = env_int("VECTOR_EXACT_SCAN_MAX", 20000, minimum=0)
+# ... unless the workspace holds at least this share of the table's rows: then the index serves it.
+VECTOR_INDEX_SHARE = env_float("VECTOR_INDEX_SHARE", 0.9)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 200, minimum=1)
 # pgvector >= 0.8: a filtered HNSW scan goes on past ef_search until it has its k rows of the
 # workspace (or has visited HNSW_MAX_SCAN_TUPLES); see docs/operations.md, "The embedded Postgres".

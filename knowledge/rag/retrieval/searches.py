@@ -94,12 +94,15 @@ def search_terms(text: str) -> str:
     return " | ".join(f"'{term}'" for term in list(terms)[:MAX_QUERY_TERMS])
 
 
+_EXACT_ORDER = "(x.embedding <=> %(vector)s::vector) + 0"
+
+
 def _vector_order(size: int) -> str:
     # Below the threshold an exact scan over the workspace's rows is both right and fast; ordering
     # by an expression the index cannot serve (distance + 0) is what makes the planner choose it.
     # Above it the HNSW index answers, scanning on until it has k rows of the workspace (iterative
     # scans, see settings).
-    return "(x.embedding <=> %(vector)s::vector) + 0" if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
+    return _EXACT_ORDER if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
 
 
 _NEAREST_SQL = """
@@ -109,6 +112,31 @@ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
 ORDER BY {order}
 LIMIT %(k)s
 """
+
+# An exact scan is there for a workspace that is a small part of the table, whose rows a filtered
+# index scan finds among many others' (decision 0039). A workspace that holds nearly all of the
+# table, as on a single team's installation, is what the index serves best: an exact scan would
+# read all its rows for every question, ten times as many at ten times the corpus. Which is the
+# case is read from the table's statistics inside the query (a one-time filter on each branch, so
+# one query whatever the case); a table never analyzed counts as small.
+_WORKSPACE_NEAREST_SQL = """
+(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+ FROM knowledge_{table} x
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL AND NOT ({indexed})
+ ORDER BY (x.embedding <=> %(vector)s::vector) + 0
+ LIMIT %(k)s)
+UNION ALL
+(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+ FROM knowledge_{table} x
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL AND ({indexed})
+ ORDER BY distance
+ LIMIT %(k)s)
+"""
+_MOST_OF_THE_TABLE = (
+    "coalesce(%(workspace_rows)s >= %(index_share)s * (SELECT nullif(greatest(c.reltuples, 0), 0) "
+    "FROM pg_class c WHERE c.oid = 'knowledge_{table}'::regclass), false)"
+)
+
 
 # A filtered HNSW scan stops after visiting hnsw.max_scan_tuples rows, so a small scope, whose
 # rows are rare along the way, loses recall (benchmarks/results/2026-11-26-scoped-search.md: 0.82
@@ -153,7 +181,13 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
         clause, params = row_clause(kind, "x.id", workspace, scope)
         table = f"{kind}vector"  # the graph's vectors and their index (knowledge.models.GraphVector)
     if not clause:
-        return _NEAREST_SQL.format(table=table, scope="", order=_vector_order(size)), {}
+        if size > settings.VECTOR_EXACT_SCAN_MAX:
+            return _NEAREST_SQL.format(table=table, scope="", order="distance"), {}
+        indexed = _MOST_OF_THE_TABLE.format(table=table)
+        return _WORKSPACE_NEAREST_SQL.format(table=table, indexed=indexed), {
+            "workspace_rows": size,
+            "index_share": settings.VECTOR_INDEX_SHARE,
+        }
     small = f"({size_of_scope(kind)}) <= %(scope_exact_max)s"
     if kind == "chunk":
         exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
@@ -442,7 +476,7 @@ def relations_among_entities(
 
 # The neighbourhood a walk spreads over, in one query: the entities the seed passages mention
 # and the seed entities, their synonyms, and for each of those entities the `fanout` passages that
-# mention it nearest to the question (of the first WALK_SCAN of its mentions, so a hub mentioned
+# mention it nearest to the question (of the first MENTIONS_READ of its mentions, so a hub mentioned
 # by thousands of passages costs a bounded number of distances). Only what is served is walked:
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
@@ -485,7 +519,9 @@ UNION ALL
 SELECT 'S', source_id, target_id, NULL FROM synonyms
 WHERE source_id IN (SELECT id FROM walked) AND target_id IN (SELECT id FROM walked)
 """
-WALK_SCAN = 200
+# How many mentions of one entity or relation a question reads, walking or citing: a hub's
+# thousands are not read whole, so a question costs the same at any corpus size.
+MENTIONS_READ = 64
 
 
 @dataclass
@@ -520,7 +556,7 @@ def walk_edges(
         "entity_ids": list(entity_ids),
         "vector": _vector_literal(vector),
         "fanout": fanout,
-        "scan": WALK_SCAN,
+        "scan": MENTIONS_READ,
         **scope_params,
     }
     with connection.cursor() as cursor:
@@ -537,7 +573,7 @@ def walk_edges(
 
 
 # Every part reads a bounded number of rows whatever the graph's size (2026-11-28-scale-10m.md):
-# the unserved chunks from their documents, at most SUPPORT_SCAN passages per entity and relation
+# the unserved chunks from their documents, at most MENTIONS_READ passages per entity and relation
 # (a hub's thousands would be most of the query) plus its links into the passages given, and the
 # links of each passage kept aggregated once.
 _CHUNKS_SUPPORTING_SQL = """
@@ -600,8 +636,6 @@ JOIN knowledge_document d ON d.id = c.document_id
 WHERE c.workspace_id = %(workspace_id)s
 ORDER BY w.in_top DESC, w.place, p.support DESC, p.first_pos NULLS LAST, c.id
 """
-# How many passages of one entity or relation the citations look at (see above).
-SUPPORT_SCAN = 64
 
 _CHUNK_COLUMNS = (
     "chunk_id",
@@ -632,7 +666,7 @@ def chunks_supporting(
 ) -> list[dict]:
     """The given passages with their text, in their order (`in_top`), then, without text, the
     best-supported passage of every given entity and relation not among them (of its first
-    SUPPORT_SCAN), so each can be cited; in one query. A passage's `support` is how many of the
+    MENTIONS_READ), so each can be cited; in one query. A passage's `support` is how many of the
     given entities and relations it was extracted for, and `links` lists them as (kind "E" or
     "R", id, description in that passage). Passages of documents not published, or not in
     `scope`, are left out."""
@@ -643,7 +677,7 @@ def chunks_supporting(
         "chunk_ids": list(chunk_ids),
         "entity_ids": list(entity_ids),
         "relation_ids": list(relation_ids),
-        "scan": SUPPORT_SCAN,
+        "scan": MENTIONS_READ,
     }
     clause, scope_params = hidden_clause("d.id", workspace, scope)
     params.update(scope_params)
