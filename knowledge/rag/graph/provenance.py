@@ -97,18 +97,19 @@ def unfolded_rows(
     built (a build that started before the last publication has sources below it)."""
     if not throughs:
         return {}
-    newer = Q(_newer(field, throughs), chunk__document__status=Document.Status.PROCESSED)
+    sources = _sources(model, field, list(throughs), document_id)
+    columns = (field, "id", *columns)
+    newer = sources.filter(_newer(field, throughs), chunk__document__status=Document.Status.PROCESSED)
+    newer = newer.values_list(*columns)
     if document_id is not None:
-        newer |= Q(**{f"{field}__in": list(throughs)}, chunk__document_id=document_id)
-    found: dict[int, list[tuple]] = {}
-    for row in (
-        _sources(model, field, list(throughs), document_id)
-        .filter(newer)
-        .order_by("id")
-        .values_list(field, "id", *columns)
-    ):
-        found.setdefault(row[0], []).append(row[1:])
-    return found
+        # A second branch, not an OR in one WHERE: the OR let no index serve either side, and
+        # Postgres read every source of every hub to test it (91 ms against 9 for eight hubs of
+        # the 10M-token graph, benchmarks/results/2026-11-29-scale-10m-folded.md).
+        newer = newer.union(sources.filter(chunk__document_id=document_id).values_list(*columns), all=True)
+    found: dict[int, dict[int, tuple]] = {}
+    for row in newer.order_by("id"):
+        found.setdefault(row[0], {})[row[1]] = row[1:]  # by id: a source in both branches once
+    return {pk: list(rows.values()) for pk, rows in found.items()}
 
 
 def fingerprints_of(rows: dict[int, list[tuple]]) -> dict[int, tuple]:
