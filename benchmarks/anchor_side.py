@@ -456,11 +456,21 @@ def run_queries(workspace, docs, n_queries: int, seed: int) -> dict:
 
 
 def summary(res: dict) -> dict:
-    """The figures that must stay flat as the corpus grows, per size."""
+    """The figures that must stay flat as the corpus grows, per size (context only for
+    --query-only, which ingests nothing)."""
+    row = {} if "tokens_cl100k" not in res else _ingestion_summary(res)
+    for mode in MODES:
+        timing = res.get("query", {}).get("inproc_vectors", {}).get(mode)
+        if timing:
+            row[f"context p50 / p95 ms, {mode}"] = (timing["median_ms"], timing["p95_ms"])
+    return row
+
+
+def _ingestion_summary(res: dict) -> dict:
     millions = res["tokens_cl100k"] / 1e6
     counters, sizes = res["database_counters"], res["sizes"]
     relation = counters["tables"].get("knowledge_relation", {})
-    row = {
+    return {
         "tokens": res["tokens_cl100k"],
         "ingest tokens/s": res["insert_tokens_per_s"],
         "worker CPU-s per 1M tokens": res["cpu_s"]["workers"] / millions,
@@ -473,11 +483,6 @@ def summary(res: dict) -> dict:
         "graph indexes MB": sum(t["indexes"] for t in sizes["tables"].values()) / 1e6,
         "peak PSS MB (workers + Postgres)": res["peak_pss_mb"]["workers_plus_postgres"],
     }
-    for mode in MODES:
-        timing = res.get("query", {}).get("inproc_vectors", {}).get(mode)
-        if timing:
-            row[f"context p50 / p95 ms, {mode}"] = (timing["median_ms"], timing["p95_ms"])
-    return row
 
 
 def run_sizes(a) -> None:
@@ -489,6 +494,7 @@ def run_sizes(a) -> None:
         out = Path(a.out).with_suffix(f".{size}.json")
         command = [sys.executable, __file__, "--app", a.app, "--anchor", a.anchor, "--tokens", size]
         command += ["--workers", str(a.workers), "--queries", str(a.queries), "--seed", str(a.seed), "--out", str(out)]
+        command += [flag for flag, on in (("--query-only", a.query_only), ("--no-queries", a.no_queries)) if on]
         subprocess.run(command, check=True)  # noqa: S603 - this script, with our own arguments
         results[size] = json.loads(out.read_text())
     rows = {size: summary(res) for size, res in results.items()}

@@ -181,6 +181,7 @@ def describe(
     """
     folded = folded or {}
     result, to_summarize = {}, []
+    summarizes = llm.chat_model_configured()  # once per call, not per row: each asking reads Redis
     for pk, subject in subjects.items():
         rows = sources.get(pk, [])
         state = states.get(pk, Summarized())
@@ -202,7 +203,7 @@ def describe(
         candidates = base + [fragment for fragment in new if fragment not in base]
         if not _needs_summary(new, candidates):
             result[pk] = Described("\n".join(candidates), state if base else Summarized())
-        elif llm.chat_model_configured():
+        elif summarizes:
             to_summarize.append((pk, _Summary(kind, subject, candidates), latest))
         else:
             result[pk] = _budgeted(candidates)

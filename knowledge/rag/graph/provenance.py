@@ -43,13 +43,14 @@ def folding_epoch(document_id: int | None) -> int | None:
     return provenance_epoch(document["workspace_id"])
 
 
-def fold_fingerprint(folded: dict | None, published: bool, epoch: int | None) -> tuple | None:
+def fold_fingerprint(folded: dict | None, published: bool, epoch: int | None, summarizes: bool) -> tuple | None:
     """A row's fingerprint from its folded values, if a build may start from them: a published
     row folded at the current epoch; not a description cut to the budget while a chat model could
-    now summarize what it left out."""
+    now summarize what it left out (`summarizes`: llm.chat_model_configured(), asked once per
+    batch by the caller, since each asking reads Redis)."""
     if epoch is None or not published or not folded or folded.get("epoch") != epoch:
         return None
-    if folded["cut"] and llm.chat_model_configured():
+    if folded["cut"] and summarizes:
         return None
     return (FOLDED, epoch, folded["through"], folded["count"])
 
@@ -127,8 +128,9 @@ def fingerprints(model, field: str, ids: list[int], document_id: int | None = No
     epoch = folding_epoch(document_id)
     if epoch is not None:
         owner = model._meta.get_field(field.removesuffix("_id")).related_model
+        summarizes = llm.chat_model_configured()
         for pk, published, folded in owner.objects.filter(pk__in=ids).values_list("pk", "published", "folded"):
-            fingerprint = fold_fingerprint(folded, published, epoch)
+            fingerprint = fold_fingerprint(folded, published, epoch, summarizes)
             if fingerprint is not None:
                 result[pk] = fingerprint
     rest = [pk for pk in ids if pk not in result]

@@ -154,8 +154,9 @@ class _Sources:
         else:
             self.epoch = epoch
         self.fingerprints = {}
+        summarizes = llm.chat_model_configured()
         for pk, row in rows.items():
-            fingerprint = fold_fingerprint(row["folded"], row["published"], epoch)
+            fingerprint = fold_fingerprint(row["folded"], row["published"], epoch, summarizes)
             if fingerprint is not None:
                 self.fingerprints[pk] = fingerprint
         self.folded = {pk: rows[pk]["folded"] for pk in self.fingerprints}
