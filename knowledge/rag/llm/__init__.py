@@ -480,11 +480,11 @@ async def _chat(
     return text, used
 
 
-def _cache_entry(key: str, kind: str, text: str, used: Usage) -> LLMCacheEntry:
+def _cache_entry(key: str, kind: str, model: str, text: str, used: Usage) -> LLMCacheEntry:
     return LLMCacheEntry(
         key=key,
         kind=kind[:20],
-        model=chat_model_name()[:200],
+        model=model[:200],
         response=text,
         prompt_tokens=used.prompt_tokens,
         completion_tokens=used.completion_tokens,
@@ -495,7 +495,8 @@ async def acomplete(
     messages: Sequence[dict], *, kind: str, usage: Usage | None = None, cache: bool = True, **params
 ) -> str:
     """One chat completion. A cache hit costs nothing and records no usage."""
-    key = _cache_key(chat_model_name(), messages, params)
+    model = chat_model_name()
+    key = _cache_key(model, messages, params)
     if cache:
         hit = await sync_to_async(_cache_get)(key)
         if hit is not None:
@@ -504,7 +505,7 @@ async def acomplete(
     if usage is not None:
         usage.add(used)
     if cache:
-        await sync_to_async(_cache_put)([_cache_entry(key, kind, text, used)])
+        await sync_to_async(_cache_put)([_cache_entry(key, kind, model, text, used)])
     return text
 
 
@@ -562,7 +563,7 @@ def complete_many(
             usage.add(used)
         if usage_each is not None:
             usage_each[index].add(used)
-        fresh[keys[index]] = _cache_entry(keys[index], kind, text, used)
+        fresh[keys[index]] = _cache_entry(keys[index], kind, model, text, used)
     if cache and fresh:
         _cache_put(list(fresh.values()))
     return results

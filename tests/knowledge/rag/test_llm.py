@@ -109,6 +109,20 @@ def test_complete_many_keeps_the_answers_that_succeeded(openai_double, settings)
     assert LLMCacheEntry.objects.count() == 2
 
 
+def test_a_batch_reads_the_model_settings_once_not_once_per_call(openai_double, monkeypatch):
+    # The services' provider reads the Models page's version from Redis: per call, inside the
+    # loop, every call's task opened a connection of its own to do it.
+    openai_double.reply("ok")
+    reads = []
+    provider = llm._provider
+    monkeypatch.setattr(llm, "_provider", lambda: reads.append(1) or provider())
+    conversations = [[{"role": "user", "content": f"question {n}"}] for n in range(8)]
+
+    assert llm.complete_many(conversations, kind="test", cache=False) == ["ok"] * 8
+    assert len(openai_double.chat_requests()) == 8
+    assert len(reads) == 3  # the cache keys' model name, then whether a model is set and which: not per call
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_acomplete_uses_the_same_cache(openai_double):
     openai_double.reply("async answer")
