@@ -99,14 +99,14 @@ def unfolded_rows(
     if not throughs:
         return {}
     sources = _sources(model, field, list(throughs), document_id)
-    columns = (field, "id", *columns)
+    selected = (field, "id", *columns)
     newer = sources.filter(_newer(field, throughs), chunk__document__status=Document.Status.PROCESSED)
-    newer = newer.values_list(*columns)
+    newer = newer.values_list(*selected)
     if document_id is not None:
         # A second branch, not an OR in one WHERE: the OR let no index serve either side, and
         # Postgres read every source of every hub to test it (91 ms against 9 for eight hubs of
         # the 10M-token graph, benchmarks/results/2026-11-29-scale-10m-folded.md).
-        newer = newer.union(sources.filter(chunk__document_id=document_id).values_list(*columns), all=True)
+        newer = newer.union(sources.filter(chunk__document_id=document_id).values_list(*selected), all=True)
     found: dict[int, dict[int, tuple]] = {}
     for row in newer.order_by("id"):
         found.setdefault(row[0], {})[row[1]] = row[1:]  # by id: a source in both branches once
