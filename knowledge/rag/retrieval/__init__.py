@@ -9,10 +9,11 @@ The ranking rules follow the paper and its reference implementation:
   words, fused by reciprocal rank); naive is that chunk search alone; bypass retrieves nothing.
 - local also looks the low-level keywords up by entity name, so an entity named exactly is found.
 Which passages enter the context is where we part from LightRAG: in every graph mode the passages
-are ranked by a walk over the graph of passages and entities (walk.py, Personalized PageRank as in
-HippoRAG), seeded by the question's nearest passages (mix) and by the entities its keywords found
-(the local side) or the endpoints of the relations they found (the global side). So a passage two
-hops away, reached only through an entity both passages mention, can answer (decision 0072).
+are the question's nearest (mix) and those the entities its keywords found (the local side) or the
+endpoints of the relations they found (the global side) lead to, ranked by their nearness to the
+question plus the strongest bridge to them from the most relevant passages: an entity both
+mention, weighted by how few passages it leads to (walk.py). So a passage two hops away, reached
+only through the director that the film's page names, can answer (decisions 0072, 0160).
 
 Every stage costs a fixed number of SQL queries whatever top_k is (see tests), and every
 queryset is filtered by the workspace.
@@ -68,7 +69,7 @@ from knowledge.rag.retrieval.searches import (
     relations_nearest,
     walk_edges,
 )
-from knowledge.rag.retrieval.walk import spread
+from knowledge.rag.retrieval.walk import rank_passages
 
 __all__ = [
     "DEFAULT_CHUNK_TOP_K",
@@ -100,15 +101,13 @@ _CHUNK_SEARCH_MODES = {"naive", "mix"}
 
 DEFAULT_TOP_K = 40
 DEFAULT_CHUNK_TOP_K = 20
-# The walk: how many entities seed it (those found first), how many passages each walked entity
-# leads to (the nearest to the question), how sharply a seed passage's weight falls with its
-# distance to the question (exp(-SHARPNESS * distance gap to the nearest)), and what share of the
-# seeds' weight the entities carry when passages seed too. Chosen on the tuning half of HotpotQA
-# (benchmarks/multihop.py); the plateau is wide (docs/decisions/0072).
+# The walk: how many entities lead it on (those found first), how many passages each walked
+# entity leads to (the nearest to the question), and how sharply a passage's nearness falls with
+# its distance to the question (exp(-SHARPNESS * distance gap to the nearest)). Chosen on the
+# tuning half of HotpotQA (benchmarks/multihop.py); the plateau is wide (docs/decisions/0072, 0160).
 WALK_SEED_ENTITIES = 10
 WALK_FANOUT = 30
 WALK_SHARPNESS = 20.0
-ENTITY_SEED_WEIGHT = 0.2
 # No relation row renders in fewer tokens than this (id, two names, separators, two numbers),
 # so fetching budget // this many one-hop relations can never cut a row the budget would keep.
 _MIN_RELATION_ROW_TOKENS = 8
@@ -401,7 +400,8 @@ def _seed_entities(found_entities, found_relations, mode, limit: int) -> list[in
 
 
 def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]:
-    """Passage ids ranked by the walk from the found passages and the seed entities (walk.py)."""
+    """Passage ids ranked by their nearness to the question and the bridges that lead to them
+    (walk.py), over the searched passages and those the seed entities lead to."""
     if not found_chunks and not seed_entities:
         return []
     edges = walk_edges(
@@ -412,36 +412,17 @@ def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]
         fanout=WALK_FANOUT,
         scope=scope,
     )
-    seeds: dict[tuple[str, int], float] = {}
-    if found_chunks:
-        distances = [c.distance for c in found_chunks if c.distance is not None]
-        nearest = min(distances, default=0.0)
-        for chunk in found_chunks:
-            if chunk.distance is not None:
-                seeds[("c", chunk.pk)] = math.exp(-WALK_SHARPNESS * (chunk.distance - nearest))
-            else:  # found by its words alone: as strong as the nearest passage, down its word ranking
-                seeds[("c", chunk.pk)] = 1.0 / chunk.lexical_rank
-    elif edges.distances:
-        # Without a chunk search (local, global, hybrid) the passages the seed entities lead to
-        # seed the walk by their nearness to the question, as the searched ones do in mix: else the
-        # walk would rank by the graph's shape alone, whatever the question asks of those entities.
-        nearest = min(edges.distances.values())
-        for pk, distance in edges.distances.items():
-            seeds[("c", pk)] = math.exp(-WALK_SHARPNESS * (distance - nearest))
-    passages = sum(seeds.values())
-    share = ENTITY_SEED_WEIGHT * passages if passages else 1.0
-    weights = [1.0 / place for place in range(1, len(seed_entities) + 1)]
-    for pk, weight in zip(seed_entities, weights, strict=True):
-        seeds[("e", pk)] = seeds.get(("e", pk), 0.0) + share * weight / sum(weights)
-    graph = [(("e", entity), ("c", chunk), 1.0) for entity, chunk in edges.mentions]
-    graph += [(("e", a), ("e", b), 1.0) for a, b in edges.synonyms]
-    rank = spread(seeds, graph)
-    # Ties (passages the walk never reached) keep the search's order, then the question's distance.
+    distances = {**edges.distances, **{c.pk: c.distance for c in found_chunks if c.distance is not None}}
+    nearest = min(distances.values(), default=0.0)
+    nearness = {pk: math.exp(-WALK_SHARPNESS * (distance - nearest)) for pk, distance in distances.items()}
+    for chunk in found_chunks:
+        if chunk.distance is None:  # found by its words alone: down its word ranking
+            nearness[chunk.pk] = 1.0 / chunk.lexical_rank
+    rank = rank_passages(nearness, edges.mentions, edges.synonyms, seed_entities)
+    # Ties keep the search's order, then the question's distance.
     order = {chunk.pk: place for place, chunk in enumerate(found_chunks)}
-    reached = {node[1] for node in rank if node[0] == "c"} | set(order)
     return sorted(
-        reached,
-        key=lambda pk: (-rank.get(("c", pk), 0.0), order.get(pk, len(order)), edges.distances.get(pk, 2.0), pk),
+        rank, key=lambda pk: (-rank[pk], order.get(pk, len(order)), distances.get(pk, 2.0), pk)
     )
 
 

@@ -10,7 +10,7 @@ from knowledge.rag.graph.synonyms import SYNONYM_COSINE, names_agree
 from knowledge.rag.names import surface_form
 from knowledge.rag.retrieval import Scope, retrieve
 from knowledge.rag.retrieval.searches import walk_edges
-from knowledge.rag.retrieval.walk import spread
+from knowledge.rag.retrieval.walk import rank_passages
 from knowledge.services import ingestion
 from knowledge.services.curation import possible_duplicates
 from tests.factories import make_entity
@@ -153,19 +153,27 @@ def test_surface_forms_and_name_agreement():
     assert names_agree("Marcus Ellery", "Marcus Elery")
 
 
-def test_spread_reaches_two_hops_and_fades_with_distance():
-    edges = [("q", "a", 1.0), ("a", "b", 1.0), ("b", "c", 1.0), ("x", "y", 1.0)]
-    rank = spread({"q": 1.0}, edges)
+def test_a_bridge_through_a_specific_entity_lifts_the_passage_it_reaches():
+    # The film's page names its director (mentioned by two pages) and its country (by four).
+    nearness = {"film": 1.0, "lookalike": 0.5, "director": 0.2, "country page": 0.3}
+    mentions = [
+        ("Ellery", "film"),
+        ("Ellery", "director"),
+        *(("Canada", page) for page in ("film", "country page", "lookalike", "other")),
+    ]
+    rank = rank_passages(nearness, mentions)
 
-    assert rank["q"] > rank["a"] > rank["b"] > rank["c"] > 0
-    assert "x" not in rank
-    assert "y" not in rank
-    assert sum(rank.values()) == pytest.approx(1.0)
+    assert rank["director"] == pytest.approx(0.2 + 0.3 * 1.0)
+    assert rank["director"] > rank["country page"] == pytest.approx(0.3 + 0.3 * 1.0 / 3)
+    assert rank["other"] == pytest.approx(0.3 / 3)  # reached only through the graph
+    assert rank["film"] == pytest.approx(1.0 + 0.3 * 0.2)  # the director leads back to it, more than the lookalike
 
 
-def test_spread_sends_more_to_what_more_seeds_lead_to():
-    edges = [("s1", "shared", 1.0), ("s2", "shared", 1.0), ("s1", "one", 1.0)]
-    rank = spread({"s1": 1.0, "s2": 1.0}, edges)
+def test_synonyms_bridge_as_one_entity_and_an_entity_of_one_passage_leads_nowhere():
+    nearness = {"film": 1.0, "director": 0.1}
+    rank = rank_passages(nearness, [("Ellery", "film"), ("M. Ellery", "director"), ("Ellery", "film")])
+    assert rank == {"film": 1.0, "director": 0.1}
 
-    assert rank["shared"] > rank["one"]
-    assert spread({}, edges) == {}
+    linked = rank_passages(nearness, [("Ellery", "film"), ("M. Ellery", "director")], [("Ellery", "M. Ellery")])
+    assert linked["director"] == pytest.approx(0.1 + 0.3)
+    assert rank_passages({}, []) == {}
