@@ -421,9 +421,7 @@ def _walk(*, workspace, found_chunks, seed_entities, vector, scope) -> list[int]
     rank = rank_passages(nearness, edges.mentions, edges.synonyms, seed_entities)
     # Ties keep the search's order, then the question's distance.
     order = {chunk.pk: place for place, chunk in enumerate(found_chunks)}
-    return sorted(
-        rank, key=lambda pk: (-rank[pk], order.get(pk, len(order)), distances.get(pk, 2.0), pk)
-    )
+    return sorted(rank, key=lambda pk: (-rank[pk], order.get(pk, len(order)), distances.get(pk, 2.0), pk))
 
 
 def _reranked(result: RetrievalResult, candidates: list[ChunkRow]) -> list[ChunkRow]:

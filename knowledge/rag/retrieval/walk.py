@@ -9,10 +9,11 @@ specific one: it is mentioned by those two pages and few others. So a passage's 
                 + ENTITY_WEIGHT × sum over the question's entities e in p of 1 / (place of e × passages of e)
 
 where s is one of the BRIDGE_FROM most relevant passages and e an entity both mention (an entity
-and its synonyms count as one); the question's entities are those its keywords found, best first. The specificity term is what makes this work where a random walk
-did not: Personalized PageRank (decision 0072) splits a passage's relevance evenly among all its
-entities, "American" as much as the director, and returns half of it to the seeds at every step,
-so a bridged page never outranked the seeds' own (docs/decisions/0160).
+and its synonyms count as one); the question's entities are those its keywords found, best
+first. The specificity term is what makes this work where a random walk did not: Personalized
+PageRank (decision 0072) splits a passage's relevance evenly among all its entities, "American"
+as much as the director, and returns half of it to the seeds at every step, so a bridged page
+never outranked the seeds' own (docs/decisions/0160).
 
 The graph read is small (the neighbourhood searches.walk_edges fetches in one query), so the
 ranking runs here in Python.
