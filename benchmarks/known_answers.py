@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/known_answers.py                 # naive and mix
     .venv/bin/python benchmarks/known_answers.py --modes all     # every retrieval mode
     .venv/bin/python benchmarks/known_answers.py --show-misses   # each question the first source got wrong
+    .venv/bin/python benchmarks/known_answers.py --keep, then --reuse  # ask again without ingesting
 
 The corpus is fifteen pages of the Python 3.11 documentation as Debian installs it (`apt-get
 install python3.11-doc`): Sphinx HTML with a navigation bar, a sidebar with the page's table of
@@ -175,6 +176,7 @@ def main() -> None:
     parser.add_argument("--modes", default="naive,mix", help="Comma-separated modes, or 'all' (default naive,mix).")
     parser.add_argument("--workers", type=int, default=2, help="Ingestion processes (default 2).")
     parser.add_argument("--keep", action="store_true", help="Keep the benchmark database afterwards.")
+    parser.add_argument("--reuse", action="store_true", help="Ask on the kept database instead of ingesting.")
     parser.add_argument("--show-misses", action="store_true", help="Print the questions whose first source missed.")
     args = parser.parse_args()
     missing = [page for page in PAGES if not (args.docs / page).exists()]
@@ -196,24 +198,33 @@ def main() -> None:
     from knowledge.models import Document, Workspace
     from knowledge.rag.retrieval.concurrent import close_connections
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=False)
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
     try:
-        workspace = Workspace.objects.create(name="Python documentation", slug="known-answers")
-        started = time.perf_counter()
-        page_of = ingest(workspace, args.docs, args.workers)
-        elapsed = time.perf_counter() - started
-        workspace.refresh_from_db()
-        tokens = Document.objects.filter(workspace=workspace).aggregate(tokens=Sum("token_count"))["tokens"]
-        print(
-            f"{len(page_of)} pages, {tokens:,} tokens of text, {workspace.chunk_count} chunks, "
-            f"{workspace.entity_count:,} entities, {workspace.relation_count:,} relations; ingested in {elapsed:.0f} s"
-        )
+        workspace = Workspace.objects.filter(slug="known-answers").first()
+        if args.reuse and workspace is not None:
+            uploaded = {page.replace("/", "-"): page for page in PAGES}  # as ingest() names them
+            titles = Document.objects.filter(workspace=workspace).values_list("pk", "title")
+            page_of = {pk: uploaded[title] for pk, title in titles if title in uploaded}
+        else:
+            if workspace is not None:
+                workspace.delete()
+            workspace = Workspace.objects.create(name="Python documentation", slug="known-answers")
+            started = time.perf_counter()
+            page_of = ingest(workspace, args.docs, args.workers)
+            elapsed = time.perf_counter() - started
+            workspace.refresh_from_db()
+            tokens = Document.objects.filter(workspace=workspace).aggregate(tokens=Sum("token_count"))["tokens"]
+            print(
+                f"{len(page_of)} pages, {tokens:,} tokens of text, {workspace.chunk_count} chunks, "
+                f"{workspace.entity_count:,} entities, {workspace.relation_count:,} relations; "
+                f"ingested in {elapsed:.0f} s"
+            )
         score(workspace, page_of, modes, args.show_misses)
     finally:
         # Retrieval's pool threads keep connections of their own; the database cannot be dropped under them.
         close_connections()
         connection.close()
-        if not args.keep:
+        if not (args.keep or args.reuse):
             teardown_databases(databases, verbosity=0)
 
 

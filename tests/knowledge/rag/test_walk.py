@@ -153,20 +153,23 @@ def test_surface_forms_and_name_agreement():
     assert names_agree("Marcus Ellery", "Marcus Elery")
 
 
-def test_a_bridge_through_a_specific_entity_lifts_the_passage_it_reaches():
+def test_a_bridge_through_a_specific_entity_lifts_the_passage_it_reaches_to_just_below_its_source():
     # The film's page names its director (mentioned by two pages) and its country (by four).
-    nearness = {"film": 1.0, "lookalike": 0.5, "director": 0.2, "country page": 0.3}
+    nearness = {"film": 1.0, "lookalike": 0.9, "director": 0.2, "country page": 0.3}
     mentions = [
         ("Ellery", "film"),
         ("Ellery", "director"),
-        *(("Canada", page) for page in ("film", "country page", "lookalike", "other")),
+        *(("Canada", page) for page in ("film", "country page", "other", "another")),
     ]
     rank = rank_passages(nearness, mentions)
 
     assert rank["director"] == pytest.approx(0.2 + 0.3 * 1.0)
-    assert rank["director"] > rank["country page"] == pytest.approx(0.3 + 0.3 * 1.0 / 3)
+    assert rank["country page"] == pytest.approx(0.3 + 0.3 * 1.0 / 3)
     assert rank["other"] == pytest.approx(0.3 / 3)  # reached only through the graph
-    assert rank["film"] == pytest.approx(1.0 + 0.3 * 0.2)  # the director leads back to it, more than the lookalike
+    assert (rank["film"], rank["lookalike"]) == (1.0, 0.9)  # the director leads back, but not above
+    close = rank_passages({"film": 1.0, "director": 0.9}, [("Ellery", "film"), ("Ellery", "director")])
+    assert close["director"] == pytest.approx(0.999)
+    assert close["film"] == 1.0
 
 
 def test_synonyms_bridge_as_one_entity_and_an_entity_of_one_passage_leads_nowhere():
