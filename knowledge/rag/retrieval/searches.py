@@ -475,16 +475,46 @@ def relations_among_entities(
 
 
 # The neighbourhood a walk spreads over, in one query: the entities the seed passages mention
-# and the seed entities, their synonyms, and for each of those entities the `fanout` passages that
+# (with `lead`, also those of the `lead` passages nearest to the question that the seed entities
+# lead to: the second hop of a mode without a chunk search, decision 0161) and the seed
+# entities, their synonyms, and for each of those entities the `fanout` passages that
 # mention it nearest to the question (of the first MENTIONS_READ of its mentions, so a hub mentioned
 # by thousands of passages costs a bounded number of distances). Only what is served is walked:
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
-WITH hop AS MATERIALIZED (
-    SELECT s.entity_id AS id FROM knowledge_entitysource s WHERE s.chunk_id = ANY(%(chunk_ids)s)
+WITH served AS (
+    SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
+    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
+), seeds AS MATERIALIZED (
+    SELECT e.id FROM unnest(%(entity_ids)s::bigint[]) n (id) CROSS JOIN LATERAL (
+        SELECT e.id FROM knowledge_entity e
+        WHERE e.id = n.id AND e.workspace_id = %(workspace_id)s AND e.published{entity_scope}
+        LIMIT 1
+    ) e
+), first AS MATERIALIZED (
+    -- Without searched passages, the passages nearest to the question that the seed entities
+    -- lead to lead on in their place.
+    SELECT m.chunk_id AS id, min(m.distance) AS distance
+    FROM seeds w CROSS JOIN LATERAL (
+        SELECT c.id AS chunk_id, c.embedding <=> %(vector)s::vector AS distance
+        FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
+        JOIN served c ON c.id = s.chunk_id
+        ORDER BY distance, c.id
+        LIMIT %(fanout)s
+    ) m
+    WHERE %(lead)s > 0
+    GROUP BY m.chunk_id
+    ORDER BY min(m.distance), m.chunk_id
+    LIMIT %(lead)s
+), given AS MATERIALIZED (
+    SELECT id, NULL::float AS distance FROM unnest(%(chunk_ids)s::bigint[]) AS t (id)
+    UNION ALL
+    SELECT id, distance FROM first WHERE NOT id = ANY(%(chunk_ids)s)
+), hop AS MATERIALIZED (
+    SELECT s.entity_id AS id FROM knowledge_entitysource s JOIN given g ON g.id = s.chunk_id
     UNION
-    SELECT unnest(%(entity_ids)s::bigint[])
+    SELECT id FROM seeds
 ), synonyms AS MATERIALIZED (
     SELECT l.source_id, l.target_id FROM knowledge_entitylink l
     WHERE l.workspace_id = %(workspace_id)s
@@ -498,20 +528,16 @@ WITH hop AS MATERIALIZED (
         WHERE e.id = n.id AND e.workspace_id = %(workspace_id)s AND e.published{entity_scope}
         LIMIT 1
     ) e
-), served AS (
-    SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
-    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
 )
-SELECT 'M', s.entity_id, s.chunk_id, NULL::float
-FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id
-WHERE s.chunk_id = ANY(%(chunk_ids)s)
+SELECT 'M', s.entity_id, s.chunk_id, g.distance
+FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id JOIN given g ON g.id = s.chunk_id
 UNION ALL
 SELECT 'M', w.id, m.chunk_id, m.distance
 FROM walked w CROSS JOIN LATERAL (
     SELECT c.id AS chunk_id, c.embedding <=> %(vector)s::vector AS distance
     FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
     JOIN served c ON c.id = s.chunk_id
-    WHERE NOT c.id = ANY(%(chunk_ids)s)
+    WHERE NOT c.id IN (SELECT id FROM given)
     ORDER BY distance, c.id
     LIMIT %(fanout)s
 ) m
@@ -541,10 +567,12 @@ def walk_edges(
     entity_ids: Sequence[int],
     vector: Sequence[float],
     fanout: int,
+    lead: int = 0,
     scope: Scope | None = None,
 ) -> WalkEdges:
     """The edges around the seed passages and entities that a walk spreads over, in one query;
-    only entities and passages of documents in `scope`."""
+    only entities and passages of documents in `scope`. With `lead`, the `lead` passages nearest to
+    `vector` that the seed entities lead to are seed passages too (with their distance)."""
     edges = WalkEdges()
     if not chunk_ids and not entity_ids:
         return edges
@@ -556,6 +584,7 @@ def walk_edges(
         "entity_ids": list(entity_ids),
         "vector": _vector_literal(vector),
         "fanout": fanout,
+        "lead": lead,
         "scan": MENTIONS_READ,
         **scope_params,
     }

@@ -66,6 +66,15 @@ def test_the_walk_reaches_the_passage_only_the_graph_leads_to(bridge):
     assert "Marcus Ellery.md" in titles(retrieve(workspace=bridge, question=QUESTION, mode="hybrid", chunk_top_k=3))
 
 
+def test_without_a_chunk_search_the_nearest_passages_reached_lead_on(bridge):
+    # One entity found (the film, named exactly) leads only to the film's page; the director's
+    # page is reached because that page, the nearest the entity leads to, leads on in its place.
+    local = retrieve(workspace=bridge, question=QUESTION, mode="local", top_k=1, chunk_top_k=3)
+
+    assert [row.name for row in local.entities] == ["Blood Street"]
+    assert titles(local)[:2] == ["Blood Street.md", "Marcus Ellery.md"]
+
+
 def test_the_walk_stays_inside_the_scope_and_off_disabled_documents(bridge):
     film = Document.objects.get(workspace=bridge, title="Blood Street.md")
     scoped = retrieve(
