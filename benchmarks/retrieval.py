@@ -39,6 +39,7 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from knowledge.models import Document, Entity, Workspace  # noqa: E402
+from knowledge.rag.graph.vectors import INDEXED_VECTOR_TABLES  # noqa: E402
 from knowledge.rag.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
 from knowledge.services.workspaces import workspace_refresh_counts  # noqa: E402
 
@@ -52,11 +53,6 @@ CLUSTERS = 2_000
 NOISE = 1.0
 DIM = settings.EMBEDDING_DIM
 MODES = ("local", "global", "hybrid", "mix", "naive")
-HNSW = {
-    "knowledge_entity": "entity_embedding_hnsw",
-    "knowledge_relation": "relation_embedding_hnsw",
-    "knowledge_chunk": "chunk_embedding_hnsw",
-}
 
 rng = np.random.default_rng(42)
 SYLLABLES = [a + b for a in "bdfgklmnprstvz" for b in ("a", "e", "i", "o", "u", "an", "er", "on")]
@@ -116,7 +112,10 @@ def build(workspace: Workspace, started: float) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '2GB'")
         cursor.execute("SET max_parallel_maintenance_workers = 1")
-        for index in HNSW.values():
+        # The indexes a question searches (entities and relations through their vector copies,
+        # decision 0156) are built once after the copy: the copies' triggers would otherwise
+        # insert 400,000 rows into HNSW one at a time.
+        for index in INDEXED_VECTOR_TABLES.values():
             cursor.execute(f"DROP INDEX IF EXISTS {index}")
 
     documents = Document.objects.bulk_create(
@@ -208,7 +207,7 @@ def build(workspace: Workspace, started: float) -> dict:
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_chunk', 'id'), %s)", [CHUNKS])
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_entity', 'id'), %s)", [ENTITIES])
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_relation', 'id'), %s)", [RELATIONS])
-        for table, index in HNSW.items():
+        for table, index in INDEXED_VECTOR_TABLES.items():
             cursor.execute(
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 64)"
