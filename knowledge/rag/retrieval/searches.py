@@ -483,7 +483,7 @@ def relations_among_entities(
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
-WITH served AS (
+WITH served AS NOT MATERIALIZED (
     SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
     WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
 ), seeds AS MATERIALIZED (
