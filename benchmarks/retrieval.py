@@ -237,8 +237,8 @@ def count_per_document() -> None:
 
 
 _WARM_UP = {
-    "entities": "SELECT id FROM knowledge_entity ORDER BY embedding <=> %s::vector LIMIT 10",
-    "relations": "SELECT id FROM knowledge_relation ORDER BY embedding <=> %s::vector LIMIT 10",
+    "entities": "SELECT id FROM knowledge_entityvector ORDER BY embedding <=> %s::vector LIMIT 10",
+    "relations": "SELECT id FROM knowledge_relationvector ORDER BY embedding <=> %s::vector LIMIT 10",
     "chunks": "SELECT id FROM knowledge_chunk ORDER BY embedding <=> %s::vector LIMIT 10",
 }
 
