@@ -458,8 +458,10 @@ def _completion(chosen, candidates, weight, asked) -> _Candidate | None:
 
 
 # A name in the answer that the question did not name: a capitalized run of words, or a single
-# capitalized word not at the start of its sentence.
-_BRIDGE = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|of|de|von|van|the))*")
+# capitalized word not at the start of its sentence; initials belong to it ("M. Ward"), a
+# possessive does not ("Ezer Weizman's resignation").
+_BRIDGE = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z]\.\s*)*[A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|of|de|von|van|the))*")
+_POSSESSIVE = re.compile(r"['’]s$")
 
 
 def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | None:
@@ -467,7 +469,7 @@ def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | Non
     it gives and the question does not) and covers what it left uncovered:
     "the director of film X" is named on X's page, and the director's nationality on another."""
     names = {
-        match.group().strip()
+        _POSSESSIVE.sub("", match.group().strip())
         for kept in chosen
         for match in _BRIDGE.finditer(kept.sentence.text)
         if not content_terms(match.group()) <= asked and content_terms(match.group())
@@ -489,8 +491,14 @@ def _second_hop(question, chosen, candidates, weight, asked) -> _Candidate | Non
         total = sum(weight.get(term, 0.0) for term in missing) or 1.0
         # Naming the bridge is half of it; the other half is what the question still asks.
         score = 0.5 + 0.5 * still / total
-        if candidate.read.lead is None and candidate.sentence.start == candidate.row.char_start:
+        if candidate.sentence == _first_sentence(candidate.row):
             score += 0.05  # the passage's first sentence says what its subject is
         if score > best_score:
             best, best_score = candidate, score
     return best if best_score >= EXTRACTIVE_MIN_RELEVANCE + 0.2 else None
+
+
+def _first_sentence(row: ChunkRow) -> Sentence | None:
+    """The chunk's first complete sentence: after a title line ("Dale Brown"), the one that says
+    what the passage is about ("Dale Brown (born 1956) is an American writer ...")."""
+    return next((read.sentence for read in chunk_sentences(row.text, row.char_start) if read.sentence.complete), None)

@@ -586,3 +586,38 @@ def test_what_the_question_still_asks_completes_the_answer():
     assert lines[0].startswith("- In Love and War (1987)")
     assert any("Medal of Honor" in line for line in lines)
     assert not any("prisoner" in line for line in lines)
+
+
+ALBUM = {
+    "Paper Lanterns": (
+        "Paper Lanterns\n\nPaper Lanterns, released in 2003, is the third studio album by singer-songwriter J. Harlow. "
+        "It was recorded in two weeks."
+    ),
+    "J. Harlow": (
+        "J. Harlow\n\nJune \"J.\" Harlow (born 1971) is a musician and guitarist from Boise, Idaho. "
+        "Her records mix folk and blues."
+    ),
+}
+ELECTION = {
+    "Kettle Society election, 2000": (
+        "Kettle Society election, 2000\n\nThe Kettle Society elected its chairman on 3 July 2000, following "
+        "Arno Vester's resignation."
+    ),
+    "Arno Vester": "Arno Vester\n\nArno Vester (15 June 1924 – 24 April 2005) was the seventh chairman of the club.",
+}
+
+
+@pytest.mark.parametrize(
+    "documents, question, answer",
+    [
+        # The bridge goes by its initial, and the page it leads to opens with a title line.
+        (ALBUM, "Paper Lanterns is the third studio album by a singer-songwriter from what state?", "Idaho"),
+        # The bridge is named in the possessive.
+        (ELECTION, "In what year was the man whose resignation led to the Kettle Society election, 2000 born?", "1924"),
+    ],
+)
+def test_the_answer_crosses_to_the_page_of_the_name_it_gives(documents, question, answer):
+    lines = extractive_answer(question, rows_of(documents, question)).splitlines()
+
+    assert len(lines) == 2
+    assert answer in lines[1]
