@@ -58,8 +58,8 @@ _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their|he|him|his|she|her)\b
 _ASKS = (
     # "How do I create ...?", "How should a logger be named?", not "How do they differ?".
     ("code", r"^\s*how (?:(?:do|can|should|would) (?:i|you|we|one|a|an|the)|to)\b|\b(?:example|syntax|command)\b"),
-    ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|what (?:percentage|number|size))\b"),
-    ("date", r"\b(?:when|what (?:year|date|day|time))\b"),
+    ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|(?:what|which) (?:percentage|number|size))\b"),
+    ("date", r"\b(?:when|(?:what|which) (?:year|date|day|time))\b"),
     ("name", r"^\s*(?:who|whom|whose)\b"),
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
              r"^\s*what are the\b"),

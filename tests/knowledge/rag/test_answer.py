@@ -460,6 +460,17 @@ def test_a_question_asking_how_much_gets_the_sentence_with_the_number_first():
     assert "610,000 tokens" in line
 
 
+def test_a_question_asking_which_year_gets_the_sentence_with_the_date_first():
+    film = (
+        "Always\n\nAlways is a South Korean romance film directed by Song Il-gon, starring So Ji-sub. Its Indian "
+        "remake is Do Lafzon Ki Kahani. The South Korean film opened in Seoul in October 2011."
+    )
+
+    line = first_line("Always is a South Korean film remade in India; it was released in which year?", {"Always": film})
+
+    assert "2011" in line
+
+
 def test_a_question_naming_a_document_is_answered_from_it_without_padding():
     question = "What does the functional programming HOWTO say about generators?"
     documents = {"Functional Programming HOWTO": FUNCTIONAL, "Sorting HOWTO": SORTING}
