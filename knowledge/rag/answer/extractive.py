@@ -43,6 +43,9 @@ EXTRACTIVE_MAX_ROWS = 12
 # it says at least this many of those terms and this share of their weight.
 EXTRACTIVE_COMPLETION_TERMS = 2
 EXTRACTIVE_COMPLETION_SHARE = 0.34
+# ... from one of the passages retrieved first: further down, a sentence saying two of the
+# question's words is more often about something else ("real life" in a passage about another film).
+EXTRACTIVE_COMPLETION_PASSAGES = 10
 
 
 # "Who founded Acme and where is it based?": a conjunction or a question mark followed by
@@ -442,14 +445,17 @@ def _completion(chosen, candidates, weight, asked) -> _Candidate | None:
     """The candidate that best says what the question asks and the answer so far does not ("was
     awarded what medal?" when the chosen sentences only name the film): at least
     EXTRACTIVE_COMPLETION_TERMS of the uncovered terms and EXTRACTIVE_COMPLETION_SHARE of their
-    weight."""
+    weight, in one of the first EXTRACTIVE_COMPLETION_PASSAGES passages retrieved."""
     said = set().union(*(candidate.read.about | candidate.title for candidate in chosen))
     missing = asked - said
     total = sum(weight.get(term, 0.0) for term in missing)
     if len(missing) < EXTRACTIVE_COMPLETION_TERMS or not total:
         return None
     best, best_share = None, EXTRACTIVE_COMPLETION_SHARE
+    first = list(dict.fromkeys(candidate.row.chunk_id for candidate in candidates))[:EXTRACTIVE_COMPLETION_PASSAGES]
     for candidate in candidates:
+        if candidate.row.chunk_id not in first:
+            continue
         gives = candidate.read.about & missing
         share = sum(weight.get(term, 0.0) for term in gives) / total
         if len(gives) >= EXTRACTIVE_COMPLETION_TERMS and share > best_share and not _near_duplicate(candidate, chosen):

@@ -632,3 +632,17 @@ def test_the_answer_crosses_to_the_page_of_the_name_it_gives(documents, question
 
     assert len(lines) == 2
     assert answer in lines[1]
+
+
+def test_a_completing_sentence_comes_from_a_passage_retrieved_first():
+    # Eleven passages down, a sentence sharing "awarded" and "medal" with the question is about
+    # someone else: the answer stops at the film.
+    question = "The person James Woods plays in the television film In Love and War was awarded what medal?"
+    documents = {"In Love and War": STOCKDALE["In Love and War"]}
+    documents |= {f"Harbour {n}": f"Harbour {n}\n\nThe harbour of town {n} freezes in winter." for n in range(10)}
+    documents["Ann Price"] = "Ann Price\n\nAnn Price was a nurse awarded a medal for her courage in 1944."
+
+    lines = extractive_answer(question, rows_of(documents, question)).splitlines()
+
+    assert lines[0].startswith("- In Love and War (1987)")
+    assert not any("Ann Price" in line for line in lines)
