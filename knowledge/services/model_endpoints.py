@@ -133,10 +133,14 @@ def _load_outside_event_loop() -> dict:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _load()
+        if threading.current_thread() is threading.main_thread():
+            return _load()
 
-    # Async callers (the chat socket) may not use the ORM on the loop's thread. The read happens
-    # once per change of the settings, so a short-lived thread (closing its connection) is enough.
+    # Async callers (the chat socket) may not use the ORM on the loop's thread, and a helper
+    # thread that lives as long as the process (the query-embedding batcher) would keep the
+    # connection it opened for this read for good: an idle session that outlives a database
+    # restart and holds the database against a DROP. The read happens once per change of the
+    # settings, so a short-lived thread (closing its connection) is enough.
     def load_and_close() -> dict:
         try:
             return _load()

@@ -6,12 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.db import connections
 
 from config import settings as project
 from knowledge.models import Chunk, Document, Entity, EntityVector, ModelChoice, ModelEndpoint, Reembedding
@@ -60,6 +62,23 @@ def sent_tasks(monkeypatch):
     monkeypatch.setattr(model_endpoints.current_app, "send_task", lambda name, args=(): sent.append((name, args)))
     return sent
 
+
+
+def test_a_helper_thread_reading_the_picks_keeps_no_connection_open(transactional_db, monkeypatch):
+    # The query-embedding batcher is such a thread: it lives as long as the process, and a
+    # connection it kept would hold the database (a DROP refused "being accessed by other users").
+    monkeypatch.setattr(model_endpoints, "_cached", None)
+    opened = []
+
+    def helper():
+        model_endpoints.active_config()
+        opened.append(connections["default"].connection is not None)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    thread.join()
+
+    assert opened == [False]
 
 def _add(staff, server, *, key=KEY, name="Team server"):
     return model_endpoints.endpoint_add(user=staff, name=name, kind="openai", base_url=server.base_url, api_key=key)
