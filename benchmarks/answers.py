@@ -26,7 +26,8 @@ extractive answer (knowledge.rag.answer.extractive) is built and scored, case, U
 spacing aside:
 
 - answer: the answer contains a gold string (for answers_all: every one of them);
-- first: its first line (the first bullet, the extractive notice left out) does;
+- first: its first unit does: its first sentence, or a table, list or code block it opens with,
+  with the sentence introducing it (the extractive notice of older answers left out);
 - retrieved: the retrieved chunks do (any chunk holds a gold string; for answers_all, together
   they hold every one), so a reader sees the misses of the answer that retrieval had found;
 - page: a chunk of the answering page was retrieved.
@@ -39,6 +40,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 import unicodedata
@@ -134,12 +136,33 @@ def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
         print(f"  FAILED {document.title}: {document.error}", file=sys.stderr)
 
 
-def first_line(answer: str) -> str:
+_MARKER = re.compile(r"\[S\d+\]$")
+
+
+def first_unit(answer: str) -> str:
+    """The answer's first sentence, or, when it opens with a table, a list or code, that block
+    with the sentence introducing it ("... given in the following table. [S1]", then the table)."""
     from knowledge.rag.answer import extractive
 
     body = answer.replace(getattr(extractive, "EXTRACTIVE_LABEL", "\0"), "")
-    lines = [line.strip() for line in body.splitlines() if line.strip()]
-    return lines[0].removeprefix("- ") if lines else ""
+    lines = [line.strip() for line in body.strip().splitlines()]
+    if not lines or lines[0].startswith("- "):
+        return lines[0].removeprefix("- ") if lines else ""
+    unit, rest = [], lines
+    if _MARKER.search(lines[0]) and len(lines) > 2 and not lines[1]:
+        unit, rest = lines[:2], lines[2:]  # the introduction, then the block
+    fenced = bool(rest) and rest[0].startswith("```")
+    for index, line in enumerate(rest):
+        if fenced:
+            unit.append(line)
+            if index and line.startswith("```"):
+                fenced = False
+                break
+        elif line and not _MARKER.search(line) and (line.startswith("|") or not rest[0].startswith("|")):
+            unit.append(line)
+        else:
+            break
+    return "\n".join(unit)
 
 
 def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dict]:
@@ -162,7 +185,7 @@ def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dic
             answer = extractive_answer(item["question"], result)
             row["modes"][mode] = {
                 "answer": holds([answer], item),
-                "first": holds([first_line(answer)], item),
+                "first": holds([first_unit(answer)], item),
                 "retrieved": holds([chunk.text for chunk in result.chunks], item),
                 "page": item["page"] in {page_of.get(chunk.document_id) for chunk in result.chunks},
                 "text": answer,
@@ -170,7 +193,7 @@ def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dic
             if before is not None:
                 earlier = before(item["question"], result)
                 row["modes"][mode]["answer_before"] = holds([earlier], item)
-                row["modes"][mode]["first_before"] = holds([first_line(earlier)], item)
+                row["modes"][mode]["first_before"] = holds([first_unit(earlier)], item)
         rows.append(row)
         print(f"\r  asked {number}/{len(items)} questions", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
