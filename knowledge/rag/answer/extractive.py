@@ -67,6 +67,7 @@ _ASKS = (
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
              r"^\s*what are the\b"),
 )  # fmt: skip
+_LIST_ASK_WORDS = re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE)
 # "What is an iterator?", "What does the HOWTO say about generators?": the subject a sentence
 # that defines it opens with.
 _DEFINITION = re.compile(
@@ -326,8 +327,12 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     candidates = _candidates(result)
     if not candidates:
         return NO_CONTEXT_ANSWER
-    parts = _question_parts(question, result.keywords, result.referred)
-    asked = content_terms(question)
+    ask = _ask(question)
+    # "Which logging levels exist?": "exist" says a list is asked for (the ask's bonus rewards
+    # it), not a word the answer must repeat ("the existing levels have been chosen ...").
+    topic = _LIST_ASK_WORDS.sub(" ", question) if ask == "list" else question
+    parts = _question_parts(topic, result.keywords, result.referred)
+    asked = content_terms(topic)
     wanted = set().union(*parts)
     frequency = Counter(term for candidate in candidates for term in candidate.read.about & wanted)
     weight = {
@@ -335,7 +340,6 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         for term, count in frequency.items()
     }
     subjects = {term for keyword in result.keywords.low_level for term in content_terms(keyword)}
-    ask = _ask(question)
     defined = _defined(question) if ask == "definition" else ""
     # Question words that name a retrieved document ("the functional programming HOWTO").
     titled = {term for candidate in candidates for term in candidate.title & asked}
@@ -371,8 +375,12 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     # Among equals, the one that repeats more of the question's own words, stop words included
     # ("to create an empty set").
     said = set(WORD.findall(question.casefold()))
+    # For "Which logging levels exist?", of equally relevant tables and lists the table headed
+    # "Level" is the one whose rows are levels.
+    headed = _headed_by(subjects) if ask == "list" else lambda candidate: False
     ranked = sorted(
-        candidates, key=lambda c: (-c.relevance, -len(said & set(WORD.findall(c.sentence.text.casefold()))))
+        candidates,
+        key=lambda c: (-c.relevance, not headed(c), -len(said & set(WORD.findall(c.sentence.text.casefold())))),
     )
     best = ranked[0].relevance
     floor = max(EXTRACTIVE_MIN_RELEVANCE, EXTRACTIVE_RELATIVE_RELEVANCE * best)
@@ -429,6 +437,18 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     if "paragraph" in response_type.casefold() and "single" in response_type.casefold():
         return " ".join(lines)
     return "\n".join(line if "\n" in line else f"- {line}" for line in lines)
+
+
+def _headed_by(subjects: set[str]):
+    """Whether a candidate is a table with a column named by one of the question's subjects."""
+
+    def headed(candidate: _Candidate) -> bool:
+        if candidate.kind != "table":
+            return False
+        header = candidate.sentence.text.split("\n", 1)[0].strip("| ").split(" | ")
+        return any(content_terms(cell) & subjects for cell in header)
+
+    return headed
 
 
 def _answers_ask(ask: str, candidate: _Candidate, defined: str) -> bool:

@@ -454,6 +454,31 @@ def test_a_question_asking_for_a_list_gets_the_table_first_with_its_header():
         assert f"| {level} |" in head
 
 
+LEVEL_ADVICE = """\
+Custom levels
+
+Defining your own levels is possible, but should not be necessary, as the existing levels have been \
+chosen on the basis of practical experience.
+
+The logger methods set and use logging levels:
+
+- Logger.setLevel() sets the lowest logging level a logger will handle.
+- Logger.debug() and Logger.info() log a message at their logging levels.
+"""
+
+
+def test_which_things_exist_is_answered_by_the_table_of_them_not_by_the_word_existing():
+    # "exist" asks for a list; a sentence saying "existing levels" does not give one, and of the
+    # table and the list that both speak of levels, the table headed "Level" lists them.
+    question = "Which logging levels exist?"
+
+    answer = extractive_answer(question, rows_of({"advice.html": LEVEL_ADVICE, "logging.html": LOGGING_HOWTO}, question))
+
+    head = answer.split("\n\n[S")[0]
+    assert head.startswith("The numeric values of logging levels are given in the following table.")
+    assert "| Level | Numeric value |" in head
+
+
 def test_a_question_asking_how_much_gets_the_sentence_with_the_number_first():
     line = first_line("How much cheaper is LightRAG's retrieval than GraphRAG's, in tokens?", {"paper": LIGHTRAG})
 
