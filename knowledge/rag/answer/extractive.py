@@ -196,8 +196,12 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
     chunk ranks first."""
     found, seen = [], set()
     for row in result.chunks:
-        passage = content_terms(f"{row.document_title}\n{row.text}")
-        title = frozenset(content_terms(row.document_title))
+        # A page's title is its heading as well as its file name ("Functional Programming HOWTO",
+        # the root of the section path, for howto-functional.html), and a sentence under the
+        # heading "Generators" is about generators.
+        heading = row.section.split(" > ", 1)[0]
+        passage = content_terms(f"{row.document_title}\n{row.section}\n{row.text}")
+        title = frozenset(content_terms(f"{row.document_title}\n{heading}"))
         reads = chunk_sentences(row.text, row.char_start)
         for read in reads:
             key = " ".join(WORD.findall(read.sentence.text.casefold()))

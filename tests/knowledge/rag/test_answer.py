@@ -1,4 +1,5 @@
 import re
+from dataclasses import replace
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -472,7 +473,9 @@ def test_which_things_exist_is_answered_by_the_table_of_them_not_by_the_word_exi
     # table and the list that both speak of levels, the table headed "Level" lists them.
     question = "Which logging levels exist?"
 
-    answer = extractive_answer(question, rows_of({"advice.html": LEVEL_ADVICE, "logging.html": LOGGING_HOWTO}, question))
+    answer = extractive_answer(
+        question, rows_of({"advice.html": LEVEL_ADVICE, "logging.html": LOGGING_HOWTO}, question)
+    )
 
     head = answer.split("\n\n[S")[0]
     assert head.startswith("The numeric values of logging levels are given in the following table.")
@@ -504,6 +507,41 @@ def test_a_question_naming_a_document_is_answered_from_it_without_padding():
 
     assert lines[0].startswith("- Generators are a special class of functions")
     assert not any("sort" in line for line in lines)
+
+
+def test_a_document_is_named_by_its_heading_as_well_as_its_file_name():
+    # Uploaded as howto-functional.html, the page is titled by its heading, which each chunk's
+    # section path begins with: the introduction saying "functional programming" and "generators"
+    # no longer outranks the sentence that says what generators are.
+    question = "What does the functional programming HOWTO say about generators?"
+    sections = {
+        "Functional Programming HOWTO > Introduction": (
+            "After an introduction to the concepts of functional programming, we will look at language features "
+            "such as iterators and generators."
+        ),
+        "Functional Programming HOWTO > Generators": (
+            "Generators are a special class of functions that simplify the task of writing iterators."
+        ),
+    }
+    result = rows_of({"howto-functional.html": " ".join(sections.values())}, question)
+    rows, start = [], 0
+    for number, (section, text) in enumerate(sections.items(), 1):
+        rows.append(
+            replace(
+                result.chunks[0],
+                id=f"S{number}",
+                chunk_id=number,
+                text=text,
+                section=section,
+                char_start=start,
+                char_end=start + len(text),
+            )
+        )
+        start += len(text) + 1
+
+    lines = extractive_answer(question, replace(result, chunks=rows)).splitlines()
+
+    assert lines[0].startswith("- Generators are a special class of functions")
 
 
 def test_a_follow_up_is_answered_with_its_own_ask_on_the_earlier_topic():
@@ -630,7 +668,7 @@ ALBUM = {
         "It was recorded in two weeks."
     ),
     "J. Harlow": (
-        "J. Harlow\n\nJune \"J.\" Harlow (born 1971) is a musician and guitarist from Boise, Idaho. "
+        'J. Harlow\n\nJune "J." Harlow (born 1971) is a musician and guitarist from Boise, Idaho. '
         "Her records mix folk and blues."
     ),
 }
@@ -644,7 +682,7 @@ ELECTION = {
 
 
 @pytest.mark.parametrize(
-    "documents, question, answer",
+    ("documents", "question", "answer"),
     [
         # The bridge goes by its initial, and the page it leads to opens with a title line.
         (ALBUM, "Paper Lanterns is the third studio album by a singer-songwriter from what state?", "Idaho"),

@@ -63,7 +63,6 @@ def sent_tasks(monkeypatch):
     return sent
 
 
-
 def test_a_helper_thread_reading_the_picks_keeps_no_connection_open(transactional_db, monkeypatch):
     # The query-embedding batcher is such a thread: it lives as long as the process, and a
     # connection it kept would hold the database (a DROP refused "being accessed by other users").
@@ -79,6 +78,7 @@ def test_a_helper_thread_reading_the_picks_keeps_no_connection_open(transactiona
     thread.join()
 
     assert opened == [False]
+
 
 def _add(staff, server, *, key=KEY, name="Team server"):
     return model_endpoints.endpoint_add(user=staff, name=name, kind="openai", base_url=server.base_url, api_key=key)
