@@ -63,11 +63,22 @@ _ASKS = (
     ("code", r"^\s*how (?:(?:do|can|should|would) (?:i|you|we|one|a|an|the)|to)\b|\b(?:example|syntax|command)\b"),
     ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|(?:what|which) (?:percentage|number|size))\b"),
     ("date", r"\b(?:when|(?:what|which) (?:year|date|day|time))\b"),
+    ("author", r"^\s*who (?:wrote|authored|created|maintains)\b|^\s*who is the (?:author|creator|maintainer)\b"),
     ("name", r"^\s*(?:who|whom|whose)\b"),
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
              r"^\s*what are the\b"),
 )  # fmt: skip
 _LIST_ASK_WORDS = re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE)
+# "Who wrote the Logging HOWTO?": the verb says an author is asked for; a page says so in its
+# "Author:" field, or in a sentence naming someone with such a word.
+_AUTHOR_ASK_WORDS = re.compile(r"\b(?:wrote|authored|created|maintains|author|creator|maintainer)\b", re.IGNORECASE)
+_AUTHORSHIP = re.compile(
+    r"^(?:authors?|written by|maintainers?|creators?):|\b(?:wrote|written by|authored|created by|creator|author)\b",
+    re.IGNORECASE,
+)
+# A field of a document as HTML parsers leave a field list ("Author:", then "- A. M. Kuchling"),
+# read as one unit "Author: A. M. Kuchling".
+_FIELD_LABEL = re.compile(r"^[A-Za-z][\w -]{0,30}:$")
 # "What is an iterator?", "What does the HOWTO say about generators?": the subject a sentence
 # that defines it opens with.
 _DEFINITION = re.compile(
@@ -121,6 +132,8 @@ def _gives(kind: str, text: str, defined: str = "") -> bool:
         return bool(_DATE.search(text))
     if kind == "name":
         return bool(_NAME.search(text))
+    if kind == "author":
+        return bool(_AUTHORSHIP.search(text)) and bool(_NAME.search(text) or text.casefold().startswith("author"))
     return False
 
 
@@ -224,7 +237,45 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
                 lead,
             )
             found.append(_Candidate(read, row, passage, kind=kind, title=title))
+        for field in _fields(row.text):
+            key = " ".join(WORD.findall(field.text.casefold()))
+            if key in seen:
+                continue
+            seen.add(key)
+            terms = frozenset(content_terms(field.text))
+            sentence = Sentence(field.text, row.char_start + field.start, row.char_start + field.end, True)
+            found.append(_Candidate(Read(sentence, terms, terms, None), row, passage, kind="field", title=title))
     return found
+
+
+def _fields(text: str) -> list["_Block"]:
+    """The fields of a chunk ("Author:" with its "- value" lines below), each as "Label: value";
+    a label repeated right below ("author:" twice) joins its values."""
+    fields, label, values, start, end = [], None, [], 0, 0
+    position = 0
+
+    def close():
+        if label and values:
+            if fields and fields[-1][0].casefold() == label.casefold():
+                previous = fields.pop()
+                fields.append((label, previous[1] + values, previous[2], end))
+            else:
+                fields.append((label, list(values), start, end))
+
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if _FIELD_LABEL.match(stripped):
+            close()
+            label, values, start = stripped[:-1], [], position
+        elif label and _LIST_LINE.match(stripped):
+            values.append(stripped[2:].strip())
+            end = position + len(line)
+        else:
+            close()
+            label, values = None, []
+        position += len(line) + 1
+    close()
+    return [_Block(f"{name}: {', '.join(found)}", begin, finish) for name, found, begin, finish in fields]
 
 
 _INTRODUCES = re.compile(r"\b(?:following|below|table|list)\b|:$", re.IGNORECASE)
@@ -334,7 +385,11 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     ask = _ask(question)
     # "Which logging levels exist?": "exist" says a list is asked for (the ask's bonus rewards
     # it), not a word the answer must repeat ("the existing levels have been chosen ...").
-    topic = _LIST_ASK_WORDS.sub(" ", question) if ask == "list" else question
+    topic = (
+        {"list": _LIST_ASK_WORDS, "author": _AUTHOR_ASK_WORDS}[ask].sub(" ", question)
+        if ask in ("list", "author")
+        else question
+    )
     parts = _question_parts(topic, result.keywords, result.referred)
     asked = content_terms(topic)
     wanted = set().union(*parts)
@@ -431,7 +486,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         lead = candidate.read.lead if candidate.read.lead not in shown else None
         shown |= {candidate.sentence, lead} - {None}
         marker = f"[{candidate.row.id}]"
-        if candidate.kind == "sentence":
+        if candidate.kind in ("sentence", "field"):
             # The citation marks the sentence that answers; the one before it is there to be read with it.
             lines.append(" ".join(filter(None, [lead and lead.text, candidate.sentence.text, marker])))
         else:

@@ -544,6 +544,35 @@ def test_a_document_is_named_by_its_heading_as_well_as_its_file_name():
     assert lines[0].startswith("- Generators are a special class of functions")
 
 
+SORTING_PAGE = """\
+Sorting HOW TO
+
+Author:
+- Andrew Dalke and Raymond Hettinger
+Release:
+- 0.1
+
+Python lists have a built-in list.sort() method that modifies the list in-place. The Sorting HOW TO \
+shows how to use it; see the Logging Cookbook for logging recipes.
+"""
+
+
+def test_who_wrote_a_page_is_answered_by_its_author_field():
+    question = "Who wrote the Sorting HOW TO, and which release is it?"
+
+    lines = extractive_answer(question, rows_of({"howto-sorting.html": SORTING_PAGE}, question)).splitlines()
+
+    assert lines[0] == "- Author: Andrew Dalke and Raymond Hettinger [S1]"
+    assert "- Release: 0.1 [S1]" in lines
+
+
+def test_who_created_something_is_still_answered_by_a_sentence_naming_them():
+    question = "Who created Python?"
+    page = "Python\n\nPython was created by Guido van Rossum at CWI. The Python Software Foundation holds it."
+
+    assert "Guido van Rossum" in first_line(question, {"python.html": page})
+
+
 def test_a_follow_up_is_answered_with_its_own_ask_on_the_earlier_topic():
     earlier = "What does the functional programming HOWTO say about generators?"
     history = [{"role": "user", "content": earlier}, {"role": "assistant", "content": "Generators ..."}]
