@@ -68,14 +68,15 @@ _ASKS = (
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
              r"^\s*what are the\b"),
 )  # fmt: skip
-_LIST_ASK_WORDS = re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE)
-# "Who wrote the Logging HOWTO?": the verb says an author is asked for; a page says so in its
-# "Author:" field, or in a sentence naming someone with such a word.
-_AUTHOR_ASK_WORDS = re.compile(r"\b(?:wrote|authored|created|maintains|author|creator|maintainer)\b", re.IGNORECASE)
-_AUTHORSHIP = re.compile(
-    r"^(?:authors?|written by|maintainers?|creators?):|\b(?:wrote|written by|authored|created by|creator|author)\b",
-    re.IGNORECASE,
-)
+# The words that only say what kind of answer is asked for, no word for the answer to repeat:
+# "Which logging levels exist?" is not answered by "the existing levels have been chosen ...",
+# and a page says who wrote it in its "Author:" field, not with "wrote".
+_ASK_WORDS = {
+    "list": re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE),
+    "author": re.compile(r"\b(?:wrote|authored|created|maintains|author|creator|maintainer)\b", re.IGNORECASE),
+}
+# What gives an author: a field "Author: ..." or a sentence naming someone with such a word.
+_AUTHORSHIP = re.compile(r"\b(?:wrote|written by|authored|authors?|created by|creators?|maintainers?)\b", re.IGNORECASE)
 # A field of a document as HTML parsers leave a field list ("Author:", then "- A. M. Kuchling"),
 # read as one unit "Author: A. M. Kuchling".
 _FIELD_LABEL = re.compile(r"^[A-Za-z][\w -]{0,30}:$")
@@ -133,7 +134,7 @@ def _gives(kind: str, text: str, defined: str = "") -> bool:
     if kind == "name":
         return bool(_NAME.search(text))
     if kind == "author":
-        return bool(_AUTHORSHIP.search(text)) and bool(_NAME.search(text) or text.casefold().startswith("author"))
+        return bool(_AUTHORSHIP.search(text)) and bool(_NAME.search(text) or text.casefold().startswith("author:"))
     return False
 
 
@@ -383,13 +384,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     if not candidates:
         return NO_CONTEXT_ANSWER
     ask = _ask(question)
-    # "Which logging levels exist?": "exist" says a list is asked for (the ask's bonus rewards
-    # it), not a word the answer must repeat ("the existing levels have been chosen ...").
-    topic = (
-        {"list": _LIST_ASK_WORDS, "author": _AUTHOR_ASK_WORDS}[ask].sub(" ", question)
-        if ask in ("list", "author")
-        else question
-    )
+    topic = _ASK_WORDS[ask].sub(" ", question) if ask in _ASK_WORDS else question
     parts = _question_parts(topic, result.keywords, result.referred)
     asked = content_terms(topic)
     wanted = set().union(*parts)
@@ -436,10 +431,13 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     said = set(WORD.findall(question.casefold()))
     # For "Which logging levels exist?", of equally relevant tables and lists the table headed
     # "Level" is the one whose rows are levels.
-    headed = _headed_by(subjects) if ask == "list" else lambda candidate: False
     ranked = sorted(
         candidates,
-        key=lambda c: (-c.relevance, not headed(c), -len(said & set(WORD.findall(c.sentence.text.casefold())))),
+        key=lambda c: (
+            -c.relevance,
+            not (ask == "list" and _headed_by(c, subjects)),
+            -len(said & set(WORD.findall(c.sentence.text.casefold()))),
+        ),
     )
     best = ranked[0].relevance
     floor = max(EXTRACTIVE_MIN_RELEVANCE, EXTRACTIVE_RELATIVE_RELEVANCE * best)
@@ -498,16 +496,12 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     return "\n".join(line if "\n" in line else f"- {line}" for line in lines)
 
 
-def _headed_by(subjects: set[str]):
-    """Whether a candidate is a table with a column named by one of the question's subjects."""
-
-    def headed(candidate: _Candidate) -> bool:
-        if candidate.kind != "table":
-            return False
-        header = candidate.sentence.text.split("\n", 1)[0].strip("| ").split(" | ")
-        return any(content_terms(cell) & subjects for cell in header)
-
-    return headed
+def _headed_by(candidate: _Candidate, subjects: set[str]) -> bool:
+    """Is the candidate a table with a column named by one of the question's subjects?"""
+    if candidate.kind != "table":
+        return False
+    header = candidate.sentence.text.split("\n", 1)[0].strip("| ").split(" | ")
+    return any(content_terms(cell) & subjects for cell in header)
 
 
 def _answers_ask(ask: str, candidate: _Candidate, defined: str) -> bool:
