@@ -38,6 +38,7 @@ _FENCE_LINE = re.compile(r"^ {0,3}(```|~~~)")
 _NUMBERED_LINE = re.compile(r"^(\d{1,5})\s+(?=\S)")
 _ITEM_MARKER = re.compile(r"^(?:[•◦▪‣●○■□➢✓-]|\(?\d{1,3}[.)])\s+(?=\S)")
 _CLAUSE_END = tuple(".!?:;,")
+_OPENING = frozenset("([{“‘«\"'")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’»)\]*_]*$")
 _SENTENCE_START = re.compile(r"^[\"'“‘«(\[*_`]*\s*([^\W_])")
 # Languages written without spaces: sentence ends, brackets closing after them, quotations.
@@ -149,7 +150,7 @@ def _prose_sentences(text: str, lines: list[str], line_starts: list[int], *, cod
     if reader.spaces:
         with _lock:
             docs = list(_sentencizer(reader.code).pipe(joined))
-        spans = [[(span.start_char, span.end_char) for span in doc.sents] for doc in docs]
+        spans = [_spaced_spans(doc) for doc in docs]
     else:
         spans = [_unspaced_spans(unit) for unit in joined]
     return [
@@ -157,6 +158,19 @@ def _prose_sentences(text: str, lines: list[str], line_starts: list[int], *, cod
         for unit, source, found in zip(units, joined, spans, strict=True)
         for sentence in _unit_sentences(unit, source, found, text, reader)
     ]
+
+
+def _spaced_spans(doc) -> list[tuple[int, int]]:
+    """The sentencizer's sentences, except that an opening bracket or quotation mark it left at
+    the end of one ("... the last item in the list. (") begins the next, where it belongs. A
+    quotation mark after a space opens; one right after the full stop closes ('... "stop."')."""
+    spans = [[span.start_char, span.end_char, span] for span in doc.sents]
+    for current, following in zip(spans, spans[1:], strict=False):
+        sentence = current[2]
+        if len(sentence) > 1 and sentence[-1].text in _OPENING and sentence[-2].whitespace_:
+            current[1] = sentence[-2].idx + len(sentence[-2].text)
+            following[0] = sentence[-1].idx
+    return [(start, end) for start, end, _ in spans]
 
 
 def _begins_at_line_start(text: str) -> bool:

@@ -105,3 +105,25 @@ def test_a_chunk_that_begins_inside_a_code_block_reads_the_prose_after_it():
 
     assert found[0] == "The installer copies the binary into `bin/` and writes a default configuration file."
     assert not any("Installing into" in text for text in found)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # spaCy's sentencizer ends a sentence after the punctuation that follows its full stop.
+        (
+            "It returns the last item. (The brackets mean it is optional.) Then more text here.",
+            ["It returns the last item.", "(The brackets mean it is optional.)", "Then more text here."],
+        ),
+        (
+            'It is done. "Quoted start of a sentence," she said loudly.',
+            ["It is done.", '"Quoted start of a sentence," she said loudly.'],
+        ),
+        ('He said "stop." Then he left the room quietly.', ['He said "stop."', "Then he left the room quietly."]),
+    ],
+)
+def test_an_opening_bracket_or_quotation_mark_begins_the_sentence_it_opens(text, expected):
+    found = sentences(text)
+
+    assert [sentence.text for sentence in found] == expected
+    assert all(text[sentence.start : sentence.end] == sentence.text for sentence in found)
