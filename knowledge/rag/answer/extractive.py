@@ -62,7 +62,8 @@ _ASKS = (
     # "How do I create ...?", "How should a logger be named?", not "How do they differ?".
     ("code", r"^\s*how (?:(?:do|can|should|would) (?:i|you|we|one|a|an|the)|to)\b|\b(?:example|syntax|command)\b"),
     ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|(?:what|which) (?:percentage|number|size))\b"),
-    ("date", r"\b(?:when|(?:what|which) (?:year|date|day|time))\b"),
+    # "When was ...?", "... first developed when?", not "What does pop() do when no index is given?".
+    ("date", r"^\s*(?:since |until )?when\b|\bwhen\s*\?\s*$|\b(?:what|which) (?:year|date|day|time)\b"),
     ("author", r"^\s*who (?:wrote|authored|created|maintains)\b|^\s*who is the (?:author|creator|maintainer)\b"),
     ("name", r"^\s*(?:who|whom|whose)\b"),
     ("list", r"\b(?:which|what) (?:\w+ ){0,3}(?:exist|are there|are available)|\b(?:list|name) (?:all|the)\b|"
@@ -75,6 +76,9 @@ _ASK_WORDS = {
     "list": re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE),
     "author": re.compile(r"\b(?:wrote|authored|created|maintains|author|creator|maintainer)\b", re.IGNORECASE),
 }
+# "What makes a function a generator function?": "makes" asks what does; "This often makes it
+# difficult ..." says nothing of it.
+_WHAT_MAKES = re.compile(r"^(\s*what) makes\b", re.IGNORECASE)
 # What gives an author: a field "Author: ..." or a sentence naming someone with such a word.
 _AUTHORSHIP = re.compile(r"\b(?:wrote|written by|authored|authors?|created by|creators?|maintainers?)\b", re.IGNORECASE)
 # A field of a document as HTML parsers leave a field list ("Author:", then "- A. M. Kuchling"),
@@ -384,7 +388,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     if not candidates:
         return NO_CONTEXT_ANSWER
     ask = _ask(question)
-    topic = _ASK_WORDS[ask].sub(" ", question) if ask in _ASK_WORDS else question
+    topic = _WHAT_MAKES.sub(r"\1", _ASK_WORDS[ask].sub(" ", question) if ask in _ASK_WORDS else question)
     parts = _question_parts(topic, result.keywords, result.referred)
     asked = content_terms(topic)
     wanted = set().union(*parts)
