@@ -77,7 +77,9 @@ def test_it_shows_a_viewer_the_chat_page_with_every_mode_explained(client, team)
     assert "plus a direct search of the passages" in html
     assert "/ws/workspaces/acme/chat/" in html
     assert "vendor/cytoscape.min.js" in html
-    assert "cdn" not in html.lower()
+    # Every script and style is served by the app (no CDN). Asserting that "cdn" is absent from
+    # the page failed when the random CSRF token happened to contain those letters.
+    assert not re.search(r"""(?:src|href)=["'](?:https?:)?//""", html)
 
 
 def test_it_labels_answers_extractive_when_no_chat_model_is_configured(client, team, settings):
