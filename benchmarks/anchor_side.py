@@ -33,7 +33,10 @@ What it does (one corpus size per invocation):
   project's real remote-embedding path).
 
 The benchmark database (``test_graphrag<suffix>`` in the clone's embedded Postgres) is KEPT, so
-``--query-only`` can measure it again.
+``--query-only`` can measure it again, and ``--extend 200k`` can measure what the next documents
+cost at that size: a copy of the kept database (``<suffix>_ext``, made again each time) takes the
+documents that follow the corpus in synth's stream (same seed and vocabulary), as a team's next
+uploads would, and the run reports their rate and CPU alone.
 """
 
 from __future__ import annotations
@@ -362,6 +365,20 @@ def corpus(app: Path, target: int, seed: int) -> list:
     return docs
 
 
+def following(app: Path, docs: list, target: int, more: int, seed: int) -> list:
+    """The documents after `docs` in synth's stream: the corpus of target + more tokens over the same
+    vocabulary (synth sizes it from the target unless told), whose first documents are `docs`."""
+    path = app / ".data" / "anchor-corpus" / f"{fmt_size(target)}+{fmt_size(more)}-{seed}.json"
+    if path.exists():
+        return [synth.Document(**fields) for fields in json.loads(path.read_text())]
+    longer = synth.generate_corpus(target + more, seed, n_entities=max(200, target // 100))
+    # The last document of `docs` was cut short at the target; the ones before it are the same.
+    assert [d.text for d in longer[: len(docs) - 1]] == [d.text for d in docs[:-1]], "not the same stream"
+    rest = longer[len(docs) :]
+    path.write_text(json.dumps([vars(d) for d in rest]))
+    return rest
+
+
 # ---------------------------------------------------------------------------
 # Queries
 # ---------------------------------------------------------------------------
@@ -530,6 +547,7 @@ def main() -> None:
     ap.add_argument("--suffix", help="database suffix (default _side_<size>_<workers>w)")
     ap.add_argument("--query-only", action="store_true", help="reuse the kept database; measure queries only")
     ap.add_argument("--no-queries", action="store_true")
+    ap.add_argument("--extend", help="ingest this many more tokens into a copy of the kept database")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.sizes:
@@ -540,7 +558,8 @@ def main() -> None:
     sys.path.insert(0, str(app))
     os.chdir(app)
     target = parse_size(a.tokens)
-    suffix = a.suffix or f"_side_{fmt_size(target)}_{a.workers}w"
+    base_suffix = a.suffix or f"_side_{fmt_size(target)}_{a.workers}w"
+    suffix = base_suffix + "_ext" if a.extend else base_suffix
 
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Queue()
@@ -570,12 +589,20 @@ def main() -> None:
     from django.db.models import Sum
     from django.test.utils import setup_databases
 
-    setup_databases(verbosity=0, interactive=False, keepdb=a.query_only)
+    if a.extend:
+        base_name = connection.settings_dict["TEST"]["NAME"].removesuffix("_ext")
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{base_name}_ext"')
+            cursor.execute(f'CREATE DATABASE "{base_name}_ext" TEMPLATE "{base_name}" STRATEGY FILE_COPY')
+        connection.close()
+    setup_databases(verbosity=0, interactive=False, keepdb=a.query_only or bool(a.extend))
     from knowledge.models import Chunk, Document, Entity, LLMCacheEntry, Relation, Workspace
     from knowledge.services import ingestion
 
     t0 = time.perf_counter()
     docs = corpus(app, target, a.seed)
+    if a.extend:
+        docs = following(app, docs, target, parse_size(a.extend), a.seed)
     gen_s = time.perf_counter() - t0
     truth = {e.name for d in docs for f in synth.facts_in_text(d.text) for e in f.entities}
     res: dict = {
@@ -595,10 +622,11 @@ def main() -> None:
         "loadavg_before": os.getloadavg(),
     }
     slug = "side-by-side"
-    if a.query_only:
+    if a.query_only or a.extend:
         workspace = Workspace.objects.get(slug=slug)
     else:
         workspace = Workspace.objects.create(name="Side by side", slug=slug)
+    if not a.query_only:
         sampler_pids: list[int] = []
         sampler = MemSampler(app, lambda: list(sampler_pids))
         sampler.start()
@@ -626,7 +654,7 @@ def main() -> None:
         # The project's parsing.clean_text strips the text (every synth document ends in "\n"), so
         # also count documents whose stored text equals the corpus text with outer whitespace stripped.
         same_text_stripped = sum(1 for d, t in zip(docs, stored, strict=False) if d.text.strip() == t)
-        tot = Document.objects.filter(workspace=workspace).aggregate(
+        tot = Document.objects.filter(pk__in=ids).aggregate(
             tokens=Sum("token_count"), chunks=Sum("chunk_count"), calls=Sum("llm_calls")
         )
         res.update(

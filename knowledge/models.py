@@ -331,7 +331,11 @@ class Entity(models.Model):
         verbose_name_plural = "entities"
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="entity_unique_key")]
-        indexes = [models.Index(fields=["workspace", "form"], name="entity_form")]
+        indexes = [
+            models.Index(fields=["workspace", "form"], name="entity_form"),
+            # The few rows of documents in flight, which vector searches skip (GraphVector).
+            models.Index(fields=["workspace"], condition=Q(published=False), name="entity_unpublished"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -380,6 +384,7 @@ class Relation(models.Model):
                 include=["source", "workspace", "weight", "id", "published"],
                 name="relation_by_target",
             ),
+            models.Index(fields=["workspace"], condition=Q(published=False), name="relation_unpublished"),
         ]
 
     def __str__(self) -> str:
@@ -405,16 +410,19 @@ class EntityDegree(models.Model):
 
 
 class GraphVector(models.Model):
-    """The vector of a published entity or relation, kept in a table of its own for its HNSW index.
+    """The vector of an entity or relation, kept in a table of its own for its HNSW index.
 
-    A copy written only by triggers on the graph table (migration 0016), and only when the vector
-    changes, so every writer (publishing, rebuilds, curation, restores, raw SQL) keeps it exact.
     On the graph row itself, every non-HOT update (a new weight, a longer description: most updates
     of a relation, whose covering indexes hold its weight) inserted the unchanged vector into HNSW
     again, so the index held several entries per row and grew past the memory meant for it
-    (benchmarks/results/2026-11-28-scale-10m.md). The id is the graph row's; the row's deletion
-    deletes it (a foreign key ON DELETE CASCADE in the database, not in Django's collector).
-    Searches read it as they read the graph table: `id`, `workspace_id`, `embedding`.
+    (decision 0156). Triggers on the graph table (migrations 0016, 0018) write the copy when a
+    published row's vector changes, so every writer (publishing, rebuilds, curation, restores, raw
+    SQL) keeps it exact. A new row's copy is written before that, when its document stages the
+    vector (graph.vectors.copy_staged_vectors), so that the HNSW insert happens outside the
+    publishing transaction and its locks (decision 0162); searches skip the copies of unpublished
+    rows (searches._SERVED_COPY). The id is the graph row's; the row's deletion deletes it (a
+    foreign key ON DELETE CASCADE in the database, not in Django's collector). Searches read it as
+    they read the graph table: `id`, `workspace_id`, `embedding`.
     """
 
     workspace_id = models.BigIntegerField()

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from knowledge.models import Entity, Relation
-from knowledge.rag.graph.vectors import update_rows
-from tests.factories import make_entity, make_relation, make_workspace, random_vector
+from knowledge.models import Entity, PendingVector, Relation
+from knowledge.rag.graph.vectors import copy_staged_vectors, publish_vectors, stage_vectors, update_rows
+from knowledge.rag.retrieval.searches import entities_nearest, relations_nearest
+from tests.factories import make_document, make_entity, make_relation, make_workspace, random_vector
 
 
 def test_it_stores_one_relation_per_unordered_pair(workspace):
@@ -81,3 +82,43 @@ def test_the_indexed_copy_of_a_graph_vector_is_written_only_when_the_vector_chan
     alice.delete()
     assert set(_copies("relation")) == {pending.pk}
     assert set(_copies("entity")) == {bob.pk}
+
+
+@pytest.mark.parametrize("exact_scan_max", [20_000, -1], ids=["exact scan", "index"])
+def test_a_new_rows_copy_is_written_when_staged_served_once_published(workspace, settings, exact_scan_max):
+    settings.VECTOR_EXACT_SCAN_MAX = exact_scan_max
+    rng = np.random.default_rng(6)
+    alice = make_entity(workspace, "Alice", embedding=random_vector(rng))
+    bob = make_entity(workspace, "Bob", published=False)
+    relation = make_relation(alice, bob, published=False)
+    document = make_document(workspace)
+    bob_vector, relation_vector = random_vector(rng), random_vector(rng)
+    stage_vectors(document_id=document.pk, kind=PendingVector.Kind.ENTITY, rows=[(bob.pk, "h", bob_vector)])
+    stage_vectors(document_id=document.pk, kind=PendingVector.Kind.RELATION, rows=[(relation.pk, "h", relation_vector)])
+
+    # Outside the publishing transaction: the HNSW inserts, which no search serves yet.
+    copy_staged_vectors(document_id=document.pk, entity_ids=[bob.pk], relation_ids=[relation.pk])
+    assert set(_copies("entity")) == {alice.pk, bob.pk}
+    assert set(_copies("relation")) == {relation.pk}
+    assert [e.pk for e in entities_nearest(workspace=workspace, vector=bob_vector, k=5)] == [alice.pk]
+    assert relations_nearest(workspace=workspace, vector=relation_vector, k=5) == []
+
+    written = _copy_writes()
+    publish_vectors(document_id=document.pk)
+    assert _copy_writes() == written  # the copies were in place
+    assert bob.pk in [e.pk for e in entities_nearest(workspace=workspace, vector=bob_vector, k=5)]
+    assert [r.pk for r in relations_nearest(workspace=workspace, vector=relation_vector, k=5)] == [relation.pk]
+
+
+def test_a_row_published_with_another_vector_than_its_staged_copy_gets_that_vector(workspace):
+    rng = np.random.default_rng(7)
+    bob = make_entity(workspace, "Bob", published=False)
+    first, second = make_document(workspace), make_document(workspace)
+    staged, published = random_vector(rng), random_vector(rng)
+    stage_vectors(document_id=first.pk, kind=PendingVector.Kind.ENTITY, rows=[(bob.pk, "h", staged)])
+    copy_staged_vectors(document_id=first.pk, entity_ids=[bob.pk], relation_ids=[])
+    # Another document in flight, which read the name differently, publishes first.
+    stage_vectors(document_id=second.pk, kind=PendingVector.Kind.ENTITY, rows=[(bob.pk, "h2", published)])
+    publish_vectors(document_id=second.pk)
+
+    assert _copies("entity")[bob.pk] == pytest.approx(published, abs=1e-6)

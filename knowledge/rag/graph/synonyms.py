@@ -53,7 +53,7 @@ FROM given g CROSS JOIN LATERAL (
         WHERE v.workspace_id = g.workspace_id AND v.id <> g.id
         ORDER BY v.embedding <=> g.embedding
         LIMIT %(nearest)s
-    ) v JOIN knowledge_entity o ON o.id = v.id
+    ) v JOIN knowledge_entity o ON o.id = v.id AND o.published  -- a copy may be staged ahead (GraphVector)
 ) n
 WHERE g.embedding IS NOT NULL AND n.distance <= 1 - %(cosine)s
 """

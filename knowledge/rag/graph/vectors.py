@@ -127,6 +127,29 @@ def stage_vectors_of_others(*, document_id: int, kind: str, wanted: dict[int, st
         return {row[0] for row in cursor.fetchall()}
 
 
+# The copy of a new row's staged vector, written outside the publishing transaction: inserting it
+# is an HNSW insert, the costliest write of a publication, and that transaction holds the locks
+# of every hub entity it touched (knowledge.models.GraphVector). In id order, as rows are locked.
+_COPY_STAGED_SQL = """
+INSERT INTO knowledge_{kind}vector AS c (id, workspace_id, embedding)
+SELECT t.id, t.workspace_id, p.embedding
+FROM knowledge_pendingvector p JOIN knowledge_{kind} t ON t.id = p.row_id
+WHERE p.document_id = %s AND p.kind = %s AND p.row_id = ANY(%s) AND NOT t.published
+ORDER BY t.id
+ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding
+WHERE c.embedding IS DISTINCT FROM EXCLUDED.embedding
+"""
+
+
+def copy_staged_vectors(*, document_id: int, entity_ids: list[int], relation_ids: list[int]) -> None:
+    """Write the vector copies of these rows that are unpublished and have a vector staged by the
+    document; searches skip them until the rows are published, which then finds them in place."""
+    with connection.cursor() as cursor:
+        for kind, ids in (("entity", entity_ids), ("relation", relation_ids)):
+            if ids:
+                cursor.execute(_COPY_STAGED_SQL.format(kind=kind), [document_id, kind, list(ids)])
+
+
 _PUBLISH_SQL = """
 UPDATE knowledge_{table} t SET embedding = p.embedding{extra}
 FROM knowledge_pendingvector p

@@ -108,7 +108,7 @@ def _vector_order(size: int) -> str:
 _NEAREST_SQL = """
 SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
 FROM knowledge_{table} x
-WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
+WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served}{scope}
 ORDER BY {order}
 LIMIT %(k)s
 """
@@ -122,13 +122,13 @@ LIMIT %(k)s
 _WORKSPACE_NEAREST_SQL = """
 (SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
  FROM knowledge_{table} x
- WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL AND NOT ({indexed})
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served} AND NOT ({indexed})
  ORDER BY (x.embedding <=> %(vector)s::vector) + 0
  LIMIT %(k)s)
 UNION ALL
 (SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
  FROM knowledge_{table} x
- WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL AND ({indexed})
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served} AND ({indexed})
  ORDER BY distance
  LIMIT %(k)s)
 """
@@ -151,7 +151,7 @@ _SCOPED_NEAREST_SQL = """
 UNION ALL
 (SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
  FROM knowledge_{table} x
- WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{scope}
+ WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served}{scope}
    AND ({size}) > %(scope_exact_max)s
  ORDER BY {order}
  LIMIT %(k)s)
@@ -165,10 +165,19 @@ _SCOPED_CHUNKS = (
 _SCOPED_ROWS = """(SELECT DISTINCT id FROM ({rows}) r) s
  CROSS JOIN LATERAL (
      SELECT y.id, y.embedding FROM knowledge_{table} y
-     WHERE y.id = s.id AND y.workspace_id = %(workspace_id)s AND y.embedding IS NOT NULL
+     WHERE y.id = s.id AND y.workspace_id = %(workspace_id)s AND y.embedding IS NOT NULL{served}
      LIMIT 1
  ) x
  WHERE {small}"""
+
+
+# A copy of an entity's or relation's vector is written when its first document stages it, ahead
+# of publication (knowledge.models.GraphVector): the rows still unpublished, few (those of the
+# documents in flight) and read through their own partial index, are hashed once per query.
+_SERVED_COPY = (
+    " AND {alias}.id NOT IN (SELECT u.id FROM knowledge_{kind} u "
+    "WHERE u.workspace_id = %(workspace_id)s AND NOT u.published)"
+)
 
 
 def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | None) -> tuple[str, dict]:
@@ -176,15 +185,16 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
     nearest %(vector)s in the workspace and `scope`, and the parameters of its scope."""
     if kind == "chunk":
         clause, params = chunk_clause("x.document_id", workspace, scope)
-        table = "chunk"
+        table, served = "chunk", ""  # a chunk has its vector once published
     else:
         clause, params = row_clause(kind, "x.id", workspace, scope)
         table = f"{kind}vector"  # the graph's vectors and their index (knowledge.models.GraphVector)
+        served = _SERVED_COPY.format(alias="x", kind=kind)
     if not clause:
         if size > settings.VECTOR_EXACT_SCAN_MAX:
-            return _NEAREST_SQL.format(table=table, scope="", order="distance"), {}
+            return _NEAREST_SQL.format(table=table, served=served, scope="", order="distance"), {}
         indexed = _MOST_OF_THE_TABLE.format(table=table)
-        return _WORKSPACE_NEAREST_SQL.format(table=table, indexed=indexed), {
+        return _WORKSPACE_NEAREST_SQL.format(table=table, served=served, indexed=indexed), {
             "workspace_rows": size,
             "index_share": settings.VECTOR_INDEX_SHARE,
         }
@@ -192,9 +202,12 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
     if kind == "chunk":
         exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
     else:
-        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=table, small=small)
+        rows = rows_in_scope(kind)
+        exact = _SCOPED_ROWS.format(
+            rows=rows, table=table, served=_SERVED_COPY.format(alias="y", kind=kind), small=small
+        )
     sql = _SCOPED_NEAREST_SQL.format(
-        exact=exact, size=size_of_scope(kind), table=table, scope=clause, order=_vector_order(size)
+        exact=exact, size=size_of_scope(kind), table=table, served=served, scope=clause, order=_vector_order(size)
     )
     return sql, {**params, "scope_exact_max": settings.VECTOR_EXACT_SCAN_MAX}
 

@@ -21,7 +21,12 @@ from knowledge import metrics
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
 from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
-from knowledge.rag.graph.vectors import publish_vectors, stage_vectors, stage_vectors_of_others
+from knowledge.rag.graph.vectors import (
+    copy_staged_vectors,
+    publish_vectors,
+    stage_vectors,
+    stage_vectors_of_others,
+)
 from knowledge.rag.tokens import count_tokens
 from knowledge.services import events
 from knowledge.services.ingestion import versions
@@ -412,6 +417,7 @@ def _stage_row_vectors(document: Document, entity_ids: list[int], relation_ids: 
             kind=kind,
             rows=[(pk, needed[pk], vector) for pk, vector in zip(todo, embed(todo), strict=True)],
         )
+    copy_staged_vectors(document_id=document.pk, entity_ids=entity_ids, relation_ids=relation_ids)
 
 
 def _build_rows(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
