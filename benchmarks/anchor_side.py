@@ -376,8 +376,8 @@ def following(app: Path, docs: list, target: int, more: int, seed: int) -> list:
     if path.exists():
         return [synth.Document(**fields) for fields in json.loads(path.read_text())]
     longer = synth.generate_corpus(target + more, seed, n_entities=max(200, target // 100))
-    # The last document of `docs` was cut short at the target; the ones before it are the same.
-    assert [d.text for d in longer[: len(docs) - 1]] == [d.text for d in docs[:-1]], "not the same stream"
+    # The last documents of `docs` were cut short to meet the target; the ones before are the same.
+    assert [d.text for d in longer[: len(docs) - 3]] == [d.text for d in docs[:-3]], "not the same stream"
     rest = longer[len(docs) :]
     path.write_text(json.dumps([vars(d) for d in rest]))
     return rest
