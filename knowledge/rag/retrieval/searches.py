@@ -202,10 +202,8 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
     if kind == "chunk":
         exact = _SCOPED_CHUNKS.format(scope=clause, small=small)
     else:
-        rows = rows_in_scope(kind)
-        exact = _SCOPED_ROWS.format(
-            rows=rows, table=table, served=_SERVED_COPY.format(alias="y", kind=kind), small=small
-        )
+        served_here = _SERVED_COPY.format(alias="y", kind=kind)
+        exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=table, served=served_here, small=small)
     sql = _SCOPED_NEAREST_SQL.format(
         exact=exact, size=size_of_scope(kind), table=table, served=served, scope=clause, order=_vector_order(size)
     )
