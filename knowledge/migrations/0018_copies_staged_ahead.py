@@ -1,3 +1,5 @@
+from importlib import import_module
+
 from django.db import migrations, models
 
 # A new row's vector copy is now written when its document stages the vector, before publishing
@@ -20,21 +22,10 @@ BEGIN
 END $$;
 """
 
-PREVIOUS = """
-CREATE OR REPLACE FUNCTION knowledge_graph_vector() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.embedding IS NULL OR NOT NEW.published THEN
-        EXECUTE format('DELETE FROM %I WHERE id = $1', TG_ARGV[0]) USING NEW.id;
-    ELSE
-        EXECUTE format(
-            'INSERT INTO %I (id, workspace_id, embedding) VALUES ($1, $2, $3) '
-            'ON CONFLICT (id) DO UPDATE SET workspace_id = EXCLUDED.workspace_id, embedding = EXCLUDED.embedding',
-            TG_ARGV[0]
-        ) USING NEW.id, NEW.workspace_id, NEW.embedding;
-    END IF;
-    RETURN NULL;
-END $$;
-"""
+# Back to 0016's function, as it was defined there.
+PREVIOUS = import_module("knowledge.migrations.0016_graph_vector_tables").TRIGGERS.replace(
+    "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1
+)
 
 
 class Migration(migrations.Migration):
