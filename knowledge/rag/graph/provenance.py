@@ -14,20 +14,52 @@ updated, a processed document no longer processed (migration 0017). A publicatio
 too, but it writes the new folds of every row they support.
 """
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 from django.db import connection
 from django.db.models import Count, Max, Min, Q
+from django.db.models.expressions import RawSQL
 
 from knowledge.models import Document
 from knowledge.rag import llm
 
 FOLDED = "folded"
 
+# (id, workspace id, id of the version it replaces) of the document being built, as the caller
+# already read it: a build asks for them at every fingerprint and every read of sources.
+_known: contextvars.ContextVar[tuple[int, int, int | None] | None] = contextvars.ContextVar(
+    "document_known", default=None
+)
+
+
+@contextlib.contextmanager
+def document_known(document_id: int, workspace_id: int, replaces_id: int | None) -> Iterator[None]:
+    """Inside the block, builds of this document take its workspace and the version it replaces
+    from here instead of reading them. A version deleted meanwhile (`replaces` set to null) only
+    makes them exclude sources that are gone and start from everything, as for any new version."""
+    token = _known.set((document_id, workspace_id, replaces_id))
+    try:
+        yield
+    finally:
+        _known.reset(token)
+
+
+def _document(document_id: int) -> dict | None:
+    """The document's workspace_id and replaces_id (None once it is deleted)."""
+    known = _known.get()
+    if known is not None and known[0] == document_id:
+        return {"workspace_id": known[1], "replaces_id": known[2]}
+    return Document.objects.filter(pk=document_id).values("workspace_id", "replaces_id").first()
+
+
+_EPOCH_SQL = "SELECT coalesce(max(id), 0) FROM knowledge_provenance_epoch WHERE workspace_id = %s"
+
 
 def provenance_epoch(workspace_id: int) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(max(id), 0) FROM knowledge_provenance_epoch WHERE workspace_id = %s", [workspace_id]
-        )
+        cursor.execute(_EPOCH_SQL, [workspace_id])
         return cursor.fetchone()[0]
 
 
@@ -37,7 +69,7 @@ def folding_epoch(document_id: int | None) -> int | None:
     (its build leaves out the sources of the version it replaces, which the folds count)."""
     if document_id is None:
         return None
-    document = Document.objects.filter(pk=document_id).values("workspace_id", "replaces_id").first()
+    document = _document(document_id)
     if document is None or document["replaces_id"] is not None:
         return None
     return provenance_epoch(document["workspace_id"])
@@ -65,9 +97,8 @@ def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
 
 def _sources(model, field: str, ids: list[int], document_id: int | None):
     rows = model.objects.filter(**{f"{field}__in": ids})
-    replaced = (
-        Document.objects.filter(pk=document_id).values_list("replaces_id", flat=True).first() if document_id else None
-    )
+    document = _document(document_id) if document_id else None
+    replaced = document["replaces_id"] if document else None
     if replaced is not None:
         # Rows only the retiring version supports keep their values until it goes with them.
         rows = rows.exclude(chunk__document_id=replaced)
@@ -125,11 +156,16 @@ def fingerprints(model, field: str, ids: list[int], document_id: int | None = No
     if not ids:
         return {}
     result = {}
-    epoch = folding_epoch(document_id)
-    if epoch is not None:
+    document = _document(document_id) if document_id is not None else None
+    if document is not None and document["replaces_id"] is None:  # folding_epoch's rule, read with the rows
         owner = model._meta.get_field(field.removesuffix("_id")).related_model
         summarizes = llm.chat_model_configured()
-        for pk, published, folded in owner.objects.filter(pk__in=ids).values_list("pk", "published", "folded"):
+        rows = (
+            owner.objects.filter(pk__in=ids)
+            .annotate(epoch=RawSQL(f"({_EPOCH_SQL})", [document["workspace_id"]]))  # noqa: S611 - a fixed query
+            .values_list("pk", "published", "folded", "epoch")
+        )
+        for pk, published, folded, epoch in rows:
             fingerprint = fold_fingerprint(folded, published, epoch, summarizes)
             if fingerprint is not None:
                 result[pk] = fingerprint

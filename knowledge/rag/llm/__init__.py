@@ -15,6 +15,7 @@ loop, so cancelling a consumer closes its stream.
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -168,8 +169,25 @@ def chat_model_override(model: str) -> Iterator[None]:
         _chat_model_override = previous
 
 
+# The models read when `models_pinned` began, for the calls inside it.
+_pinned: contextvars.ContextVar[ModelConfig | None] = contextvars.ContextVar("pinned_models", default=None)
+
+
+@contextlib.contextmanager
+def models_pinned() -> Iterator[None]:
+    """Every call inside the block uses the models in use when it began. An ingestion step is
+    one: its vectors all come from one embedding model even if another is picked meanwhile, and
+    it reads the settings once instead of at each call (twenty reads of Redis per one-chunk
+    document before, benchmarks/results/2026-11-29-statements-per-document.md)."""
+    token = _pinned.set(_pinned.get() or _provider())
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
 def current_config() -> ModelConfig:
-    config = _provider()
+    config = _pinned.get() or _provider()
     if _chat_model_override and config.chat is not None:
         config = dataclasses.replace(config, chat=dataclasses.replace(config.chat, model=_chat_model_override))
     for endpoint in (config.chat, config.embedding):

@@ -20,6 +20,7 @@ from psycopg.errors import DeadlockDetected
 from knowledge import metrics
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
+from knowledge.rag.graph.provenance import document_known
 from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
 from knowledge.rag.graph.vectors import (
     copy_staged_vectors,
@@ -99,14 +100,16 @@ def next_step(document: Document | None, owner: str) -> Step:
 
 def run_step(step: Step, document: Document, owner: str, progress: Callable[[Document], None]) -> Document | None:
     """Run one step; the document as it stands after it (None once deleted), which the next step
-    starts from, so a step costs one read of the document besides its own work."""
-    {
-        Step.PARSE: _parse,
-        Step.EMBED: _embed,
-        Step.EXTRACT: _extract,
-        Step.BUILD: _build,
-        Step.PUBLISH: _publish,
-    }[step](document, owner)
+    starts from, so a step costs one read of the document besides its own work. The step's model
+    calls use the models in use when it began, and its builds what that read says of the document."""
+    with llm.models_pinned(), document_known(document.pk, document.workspace_id, document.replaces_id):
+        {
+            Step.PARSE: _parse,
+            Step.EMBED: _embed,
+            Step.EXTRACT: _extract,
+            Step.BUILD: _build,
+            Step.PUBLISH: _publish,
+        }[step](document, owner)
     document = announce(document.pk)
     if document is not None:
         progress(document)
@@ -374,10 +377,13 @@ def touched_rows(document: Document) -> tuple[list[int], list[int]]:
     return sorted(entity_ids), sorted(relation_ids)
 
 
-def rows_to_build(document: Document) -> tuple[list[int], list[int]]:
-    """What the build describes: the rows the document touched and, for a new version, the rows
-    the version it replaces touched, so one build covers the whole change."""
-    entity_ids, relation_ids = touched_rows(document)
+def rows_to_build(
+    document: Document, touched: tuple[list[int], list[int]] | None = None
+) -> tuple[list[int], list[int]]:
+    """What the build describes: the rows the document touched (`touched`, when the caller has
+    read them) and, for a new version, the rows the version it replaces touched, so one build
+    covers the whole change."""
+    entity_ids, relation_ids = touched or touched_rows(document)
     if document.replaces_id is None:
         return entity_ids, relation_ids
     old_entities, old_relations = touched_rows(Document(pk=document.replaces_id))
@@ -433,6 +439,8 @@ def _build_rows(document: Document, entity_ids: list[int], relation_ids: list[in
 
 
 def _restage(document: Document, entity_ids: list[int], relation_ids: list[int]) -> None:
+    if not entity_ids and not relation_ids:  # the usual case at publish: nothing moved since the build
+        return
     _build_rows(document, entity_ids, relation_ids)
     _stage_row_vectors(document, entity_ids, relation_ids)
 
@@ -476,7 +484,7 @@ def _publish(document: Document, owner: str) -> None:
     began = time.perf_counter()
     entity_ids, relation_ids = touched_rows(document)
     # A new version also staged the values of rows only the version it retires touched.
-    staged_entities, staged_relations = rows_to_build(document)
+    staged_entities, staged_relations = rows_to_build(document, (entity_ids, relation_ids))
     # Rows whose provenance changed after the build (another document published, a deletion, a
     # curation merge that renumbered rows) are built again before the transaction, which then
     # only checks, under the locks every writer of provenance takes, that nothing moved since.

@@ -12,6 +12,7 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from knowledge import metrics
@@ -72,6 +73,27 @@ def _extraction_requests(double):
 def scripted(openai_double):
     openai_double.reply(answer)
     return openai_double
+
+
+def test_a_step_reads_the_model_settings_once_and_its_document_only_to_start(scripted, workspace, monkeypatch):
+    # Per call, the settings cost a read of Redis (twenty per small document), and the build's
+    # provenance checks read the document's workspace and version a dozen times.
+    _ingest(workspace, "a.txt", DOC_A)
+    reads = []
+    provider = llm._provider
+    monkeypatch.setattr(llm, "_provider", lambda: reads.append(1) or provider())
+    second = _create(workspace, "b.txt", DOC_B)
+    with CaptureQueriesContext(connection) as queries:
+        assert ingestion.document_ingest(document_id=second.pk).status == "processed"
+
+    steps_run = 5  # parse, embed, extract, build, publish
+    assert len(reads) == steps_run
+    document_reads = [
+        query["sql"]
+        for query in queries.captured_queries
+        if re.match(r'SELECT "knowledge_document"\."(workspace_id|replaces_id)"', query["sql"])
+    ]
+    assert document_reads == []
 
 
 def test_a_two_document_corpus_gives_the_expected_graph(scripted, workspace):
