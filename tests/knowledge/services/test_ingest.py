@@ -76,8 +76,8 @@ def scripted(openai_double):
 
 
 def test_a_step_reads_the_model_settings_once_and_its_document_only_to_start(scripted, workspace, monkeypatch):
-    # Per call, the settings cost a read of Redis (twenty per small document), and the build's
-    # provenance checks read the document's workspace and version a dozen times.
+    # Per call, the settings cost a read of Redis (28 for this document before), and the build's
+    # provenance checks read the document's workspace and version sixteen times.
     _ingest(workspace, "a.txt", DOC_A)
     reads = []
     provider = llm._provider
