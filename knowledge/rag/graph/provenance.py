@@ -63,16 +63,23 @@ def provenance_epoch(workspace_id: int) -> int:
         return cursor.fetchone()[0]
 
 
-def folding_epoch(document_id: int | None) -> int | None:
-    """The epoch a build of this document may start from folded values at, or None when it may
-    not: outside a build (deletions, merges, edits rebuild from everything) and for a new version
-    (its build leaves out the sources of the version it replaces, which the folds count)."""
+def _folding_workspace(document_id: int | None) -> int | None:
+    """The workspace whose epoch a build of this document may start from folded values at, or
+    None when it may not: outside a build (deletions, merges, edits rebuild from everything) and
+    for a new version (its build leaves out the sources of the version it replaces, which the
+    folds count)."""
     if document_id is None:
         return None
     document = _document(document_id)
     if document is None or document["replaces_id"] is not None:
         return None
-    return provenance_epoch(document["workspace_id"])
+    return document["workspace_id"]
+
+
+def folding_epoch(document_id: int | None) -> int | None:
+    """The epoch a build of this document may start from folded values at (_folding_workspace)."""
+    workspace_id = _folding_workspace(document_id)
+    return None if workspace_id is None else provenance_epoch(workspace_id)
 
 
 def fold_fingerprint(folded: dict | None, published: bool, epoch: int | None, summarizes: bool) -> tuple | None:
@@ -156,13 +163,14 @@ def fingerprints(model, field: str, ids: list[int], document_id: int | None = No
     if not ids:
         return {}
     result = {}
-    document = _document(document_id) if document_id is not None else None
-    if document is not None and document["replaces_id"] is None:  # folding_epoch's rule, read with the rows
+    workspace_id = _folding_workspace(document_id)
+    if workspace_id is not None:
         owner = model._meta.get_field(field.removesuffix("_id")).related_model
         summarizes = llm.chat_model_configured()
+        # The epoch in the statement that reads the folds: one statement, one snapshot.
         rows = (
             owner.objects.filter(pk__in=ids)
-            .annotate(epoch=RawSQL(f"({_EPOCH_SQL})", [document["workspace_id"]]))  # noqa: S611 - a fixed query
+            .annotate(epoch=RawSQL(f"({_EPOCH_SQL})", [workspace_id]))  # noqa: S611 - a fixed query
             .values_list("pk", "published", "folded", "epoch")
         )
         for pk, published, folded, epoch in rows:
