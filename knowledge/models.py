@@ -629,6 +629,22 @@ class EntityLink(models.Model):
         return f"{self.source_id} = {self.target_id}"
 
 
+class SynonymSearch(models.Model):
+    """A published entity whose synonyms are still to be looked for (decision 0164).
+
+    Written in the transaction that publishes the entity, done right after it commits, when every
+    entity published before is visible to the search, and deleted then: two documents published
+    at once each see the other's entities, and a worker that dies between the two leaves the row
+    for the sweeper. The search runs outside the publishing locks."""
+
+    entity = models.OneToOneField(Entity, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    # When the sweeper may take the search over from the worker that published the entity.
+    due_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"synonyms of {self.entity_id}"
+
+
 class EntityAlias(models.Model):
     """A merged-away name: later mentions of `key` land on `entity`."""
 

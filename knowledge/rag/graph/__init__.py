@@ -17,7 +17,7 @@ from knowledge.rag.graph.embedding import entity_text, entity_vectors, relation_
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
 from knowledge.rag.graph.merge import MergeResult, merge_chunks
 from knowledge.rag.graph.rebuild import RebuildResult, rebuild_entities, rebuild_relations
-from knowledge.rag.graph.synonyms import link_synonyms
+from knowledge.rag.graph.synonyms import link_synonyms, queue_synonym_search, run_synonym_searches
 from knowledge.rag.graph.vectors import (
     embed_published,
     reembed_workspace,
@@ -38,12 +38,14 @@ __all__ = [
     "lock_entity_keys",
     "lock_relations",
     "merge_chunks",
+    "queue_synonym_search",
     "rebuild_entities",
     "rebuild_relations",
     "reembed_workspace",
     "relation_text",
     "relation_vectors",
     "resize_vector_columns",
+    "run_synonym_searches",
     "update_rows",
     "vector_dimensions",
 ]

@@ -4,18 +4,25 @@ Two entities are linked when they share a surface form (names.surface_form: case
 spaces and plural endings aside) or when their name vectors are nearly identical and their names
 agree (the same digits, mostly the same letters). The second condition is what keeps "IPv6" and
 "IPv4", or "Canada" and "Australia", apart: name vectors of related names are close, and only the
-name itself says they differ. Links are made when a document publishes (its entities then have
-their vectors), read by the walk of retrieval and listed first on the duplicates page; merging
-the two is the curator's call (decision 0073).
+name itself says they differ. Links are read by the walk of retrieval and listed first on the
+duplicates page; merging the two is the curator's call (decision 0073).
+
+An entity looks for its synonyms once, right after the transaction that publishes it commits
+(decision 0164): the transaction queues the search (SynonymSearch), so the search sees every
+entity published before it, whichever of two documents published at once commits first, and a
+worker that dies in between leaves it queued for the sweeper.
 """
 
 import re
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from difflib import SequenceMatcher
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
+from knowledge.models import SynonymSearch
 from knowledge.rag.names import surface_form
 
 SYNONYM_COSINE = 0.93
@@ -94,12 +101,44 @@ def link_synonyms(entity_ids: Iterable[int]) -> int:
             pair = (min(a, b), max(a, b))
             pairs[pair] = pairs.get(pair, cosine)
         if pairs:
+            # In one order, so two searches that find the same pairs wait for each other on the
+            # unique index instead of deadlocking.
+            ordered = sorted(pairs)
             cursor.execute(
                 _INSERT_SQL,
                 {
-                    "sources": [a for a, _ in pairs],
-                    "targets": [b for _, b in pairs],
-                    "cosines": list(pairs.values()),
+                    "sources": [a for a, _ in ordered],
+                    "targets": [b for _, b in ordered],
+                    "cosines": [pairs[pair] for pair in ordered],
                 },
             )
     return len(pairs)
+
+
+def queue_synonym_search(entity_ids: Iterable[int], *, takeover_after: timedelta) -> None:
+    """Record, in the publishing transaction, that these entities are to look for their synonyms
+    once it commits; the sweeper does it after `takeover_after` if the publisher could not."""
+    due = timezone.now() + takeover_after
+    SynonymSearch.objects.bulk_create(
+        [SynonymSearch(entity_id=pk, due_at=due) for pk in entity_ids], ignore_conflicts=True
+    )
+
+
+# The sweeper's share per call: a few seconds of searches.
+SWEEP_BATCH = 500
+
+
+def run_synonym_searches(*, entity_ids: Iterable[int] | None = None, due_before: datetime | None = None) -> int:
+    """Look for the synonyms of queued entities (these, or those due before a time) and take them
+    off the queue; entities another process is searching are skipped. Returns how many searched."""
+    with transaction.atomic():
+        queued = SynonymSearch.objects.select_for_update(skip_locked=True)
+        if entity_ids is not None:
+            queued = queued.filter(entity_id__in=list(entity_ids))
+        if due_before is not None:
+            queued = queued.filter(due_at__lt=due_before).order_by("due_at")[:SWEEP_BATCH]
+        ids = list(queued.values_list("entity_id", flat=True))
+        if ids:
+            link_synonyms(ids)
+            SynonymSearch.objects.filter(entity_id__in=ids).delete()
+    return len(ids)

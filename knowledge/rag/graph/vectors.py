@@ -1,6 +1,7 @@
 """Vector writes: many rows in one statement, binary vectors, and re-embedding after a model change."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
@@ -154,13 +155,23 @@ _PUBLISH_SQL = """
 UPDATE knowledge_{table} t SET embedding = p.embedding{extra}
 FROM knowledge_pendingvector p
 WHERE p.document_id = %s AND p.kind = %s AND t.id = p.row_id AND {condition}
+RETURNING t.id
 """
 
 
-def publish_vectors(*, document_id: int) -> dict[str, int]:
+@dataclass
+class Published:
+    """What publish_vectors published: rows newly served per kind, and the entities whose name
+    vector is new to searches (new rows, and served rows whose vector changed)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    entity_ids: list[int] = field(default_factory=list)
+
+
+def publish_vectors(*, document_id: int) -> Published:
     """Move the document's staged vectors onto their rows, publishing entities and relations that
-    were not yet; rows newly published counted per kind. Call it inside the publishing transaction."""
-    published = {}
+    were not yet. Call it inside the publishing transaction."""
+    published = Published()
     with connection.cursor() as cursor:
         # Rows are locked in id order, as the rebuild's writes lock them, so publishers and
         # rebuilds of overlapping rows wait for each other instead of deadlocking.
@@ -173,15 +184,19 @@ def publish_vectors(*, document_id: int) -> dict[str, int]:
         cursor.execute(
             _PUBLISH_SQL.format(table="chunk", extra="", condition="t.embedding IS NULL"), [document_id, "chunk"]
         )
-        published["chunk"] = cursor.rowcount
+        published.counts["chunk"] = cursor.rowcount
         for table in ("entity", "relation"):
             # Served rows whose vector the document changed (knowledge.rag.graph.staging), then its new rows.
             cursor.execute(_PUBLISH_SQL.format(table=table, extra="", condition="t.published"), [document_id, table])
+            changed = [row[0] for row in cursor.fetchall()]
             cursor.execute(
                 _PUBLISH_SQL.format(table=table, extra=", published = true", condition="NOT t.published"),
                 [document_id, table],
             )
-            published[table] = cursor.rowcount
+            new = [row[0] for row in cursor.fetchall()]
+            published.counts[table] = len(new)
+            if table == "entity":
+                published.entity_ids = changed + new
         cursor.execute("DELETE FROM knowledge_pendingvector WHERE document_id = %s", [document_id])
     return published
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from knowledge import metrics
 from knowledge.models import Document, GraphRebuild
-from knowledge.rag import llm, parsing
+from knowledge.rag import graph, llm, parsing
 from knowledge.services.ingestion import cleanup, steps
 from knowledge.services.ingestion.steps import DocumentGone, LeaseLost, Step, lease_expiry
 from knowledge.services.ingestion.uploads import INGEST_TASK, wake_workers
@@ -371,9 +371,9 @@ def _queued_wakeups() -> int:
 
 
 def sweep() -> dict[str, int]:
-    """Wake workers for documents that are due (a run died, a backoff ended, a wake-up was lost)
-    and queue the graph rebuilds that are due. Runs every INGEST_SWEEP_SECONDS (Celery beat)
-    and when a worker starts."""
+    """Wake workers for documents that are due (a run died, a backoff ended, a wake-up was lost),
+    queue the graph rebuilds that are due and run the synonym searches left behind. Runs every
+    INGEST_SWEEP_SECONDS (Celery beat) and when a worker starts."""
     due = Document.objects.filter(_claimable()).count()
     wakeups = max(0, min(due, MAX_QUEUED_WAKEUPS) - _queued_wakeups())
     for _ in range(wakeups):
@@ -386,4 +386,6 @@ def sweep() -> dict[str, int]:
     )
     for rebuild_id in rebuilds:
         current_app.send_task(REBUILD_TASK, args=[rebuild_id])
-    return {"due_documents": due, "wakeups": wakeups, "rebuilds": len(rebuilds)}
+    # Those of entities whose publisher died before it could search (graph.synonyms).
+    synonyms = graph.run_synonym_searches(due_before=now)
+    return {"due_documents": due, "wakeups": wakeups, "rebuilds": len(rebuilds), "synonym_searches": synonyms}

@@ -7,12 +7,13 @@ Vectors wait in PendingVector until the publishing transaction moves them onto t
 
 import enum
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 from django.db.models import F
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
@@ -39,6 +40,7 @@ EMBED_STEP_TOKENS = 4_000
 BUILD_STEP_ROWS = 400
 PUBLISH_ATTEMPTS = 3
 Stage = Document.Stage
+logger = logging.getLogger(__name__)
 
 
 class Step(enum.Enum):
@@ -478,6 +480,15 @@ def _build(document: Document, owner: str) -> None:
 # Publish
 
 
+def _search_synonyms(entity_ids: list[int]) -> None:
+    """The document is published whatever happens here: a failed search stays queued for the
+    sweeper (graph.synonyms)."""
+    try:
+        graph.run_synonym_searches(entity_ids=entity_ids)
+    except DatabaseError:
+        logger.warning("synonym search failed; the sweeper will retry it", exc_info=True)
+
+
 def _publish(document: Document, owner: str) -> None:
     """One transaction makes the document visible: the values it staged for shared rows, the
     vectors of its chunks and rows, its new rows and its status, all at once."""
@@ -505,8 +516,9 @@ def _publish(document: Document, owner: str) -> None:
                     _restage(document, *stale)
                 apply_staged(document_id=document.pk)
                 published = publish_vectors(document_id=document.pk)
-                # With their vectors published, the document's entities find their synonyms.
-                graph.link_synonyms(entity_ids)
+                graph.queue_synonym_search(
+                    published.entity_ids, takeover_after=timedelta(seconds=settings.INGEST_LEASE_SECONDS)
+                )
                 now = timezone.now()
                 _checked(
                     document,
@@ -526,12 +538,14 @@ def _publish(document: Document, owner: str) -> None:
                     lease_expires_at=None,
                 )
                 Workspace.objects.filter(pk=document.workspace_id).update(
-                    chunk_count=F("chunk_count") + published["chunk"],
-                    entity_count=F("entity_count") + published["entity"],
-                    relation_count=F("relation_count") + published["relation"],
+                    chunk_count=F("chunk_count") + published.counts["chunk"],
+                    entity_count=F("entity_count") + published.counts["entity"],
+                    relation_count=F("relation_count") + published.counts["relation"],
                 )
                 versions.retire(document=document)
             metrics.count(metrics.INGEST_TOKENS, document.token_count)
+            # Committed: the new entities look for their synonyms among everything published.
+            _search_synonyms(published.entity_ids)
             return
         except _Restage as restage:
             _restage(document, restage.entity_ids, restage.relation_ids)

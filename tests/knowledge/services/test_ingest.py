@@ -11,7 +11,7 @@ import pytest
 import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -22,10 +22,12 @@ from knowledge.models import (
     Document,
     Entity,
     EntityDegree,
+    EntityLink,
     EntitySource,
     GraphRebuild,
     PendingRow,
     Relation,
+    SynonymSearch,
     Workspace,
 )
 from knowledge.rag import graph, llm, prompts
@@ -252,6 +254,85 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
             assert f"Shared Person met Person {person}." in shared.description
     relation_weights = dict(Relation.objects.values_list("source__key", "weight"))
     assert all(weight == 2.0 for weight in relation_weights.values())
+
+
+def _one_name_each(body: dict) -> str:
+    """Extraction of the one product each document names; summaries of what it is given."""
+    if body["messages"][0]["content"].startswith("You merge descriptions"):
+        return "Summary: " + " / ".join(re.findall(r"^- (.*)$", body["messages"][1]["content"], flags=re.M))
+    names = re.findall(r"We use (\S+) daily", body["messages"][1]["content"]) if len(body["messages"]) == 2 else []
+    return "\n".join([*(f"entity<|>{name}<|>product<|>{name} is used daily." for name in names), prompts.DONE_MARKER])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_documents_published_at_once_link_their_synonyms(openai_double, monkeypatch):
+    workspace = make_workspace(slug="synonyms-at-once")
+    openai_double.reply(_one_name_each)
+    documents = [
+        _create(workspace, "a.txt", "We use Graph-RAG daily."),
+        _create(workspace, "b.txt", "We use GraphRAG daily."),
+    ]
+    # Both publishing transactions wait for each other after their vectors are published and
+    # before either commits: where each searched for synonyms before, seeing nothing of the other.
+    both_open = threading.Barrier(2, timeout=60)
+    met = []
+    checked = steps._checked
+
+    def meet_then_check(document, owner, seconds=None, **changes):
+        if changes.get("status") == Document.Status.PROCESSED:
+            both_open.wait()
+            met.append(document.pk)
+        checked(document, owner, seconds, **changes)
+
+    monkeypatch.setattr(steps, "_checked", meet_then_check)
+    errors = []
+
+    def run(document):
+        try:
+            ingestion.document_ingest(document_id=document.pk)
+        except Exception as err:  # surfaced by the assertion below
+            errors.append(err)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert sorted(met) == sorted(document.pk for document in documents)  # the race happened
+    assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
+    names = {link.source.name for link in EntityLink.objects.select_related("source")} | {
+        link.target.name for link in EntityLink.objects.select_related("target")
+    }
+    assert names == {"Graph-RAG", "GraphRAG"}
+    assert not SynonymSearch.objects.exists()
+
+
+def test_a_synonym_search_that_fails_after_publishing_is_done_by_the_sweeper(openai_double, workspace, monkeypatch):
+    openai_double.reply(_one_name_each)
+    _ingest(workspace, "a.txt", "We use Graph-RAG daily.")
+    search = graph.run_synonym_searches
+
+    def lost(**kwargs):
+        raise OperationalError("the connection was lost")
+
+    monkeypatch.setattr(graph, "run_synonym_searches", lost)
+    assert _ingest(workspace, "b.txt", "We use GraphRAG daily.").status == "processed"
+    monkeypatch.setattr(graph, "run_synonym_searches", search)
+    queued = SynonymSearch.objects.get()
+    assert queued.entity.name == "GraphRAG"
+    assert not EntityLink.objects.exists()
+
+    assert runs.sweep()["synonym_searches"] == 0  # the publisher may still be at it
+    SynonymSearch.objects.update(due_at=timezone.now() - timedelta(seconds=1))
+    assert runs.sweep()["synonym_searches"] == 1
+
+    link = EntityLink.objects.select_related("source", "target").get()
+    assert {link.source.name, link.target.name} == {"Graph-RAG", "GraphRAG"}
+    assert not SynonymSearch.objects.exists()
 
 
 def test_malformed_lines_are_skipped_and_counted(openai_double, workspace):
