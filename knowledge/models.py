@@ -200,6 +200,9 @@ class Document(models.Model):
             ),
             models.Index(fields=["workspace", "file_hash"], name="document_file_hash"),
             GinIndex(fields=["tags"], name="document_tags"),
+            # What retrieval must not serve yet, read by every question: a handful of rows in a
+            # workspace of thousands of published documents (decision 0165).
+            models.Index(fields=["workspace"], condition=~Q(status="processed"), name="document_unpublished"),
         ]
 
     def __str__(self) -> str:

@@ -494,9 +494,13 @@ def relations_among_entities(
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
-WITH served AS NOT MATERIALIZED (
-    SELECT c.id, c.embedding FROM knowledge_chunk c JOIN knowledge_document d ON d.id = c.document_id
-    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL AND d.status = 'processed'{chunk_scope}
+WITH unpublished AS MATERIALIZED (
+    -- A few documents, read once (document_unpublished), rather than each passage's document.
+    SELECT id FROM knowledge_document WHERE workspace_id = %(workspace_id)s AND status <> 'processed'
+), served AS NOT MATERIALIZED (
+    SELECT c.id, c.embedding FROM knowledge_chunk c
+    WHERE c.workspace_id = %(workspace_id)s AND c.embedding IS NOT NULL
+      AND c.document_id NOT IN (SELECT id FROM unpublished){chunk_scope}
 ), seeds AS MATERIALIZED (
     SELECT e.id FROM unnest(%(entity_ids)s::bigint[]) n (id) CROSS JOIN LATERAL (
         SELECT e.id FROM knowledge_entity e
