@@ -10,9 +10,9 @@ clause is added at all (docs/asking.md, "Scopes").
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 
-from knowledge.models import Document, RelationSource, Workspace
+from knowledge.models import Document, Workspace
 
 TAG_MAX_CHARS = 50
 SCOPE_MAX_ITEMS = 200
@@ -155,12 +155,3 @@ def documents_in_scope(workspace: Workspace, scope: Scope | None) -> QuerySet[Do
     if scope is not None and scope.narrowed:
         documents = documents.filter(Q(tags__overlap=list(scope.tags)) | Q(pk__in=list(scope.documents)))
     return documents
-
-
-def relations_in_scope(relations: QuerySet, workspace: Workspace, scope: Scope | None) -> QuerySet:
-    if not filtered(workspace, scope):
-        return relations
-    supported = RelationSource.objects.filter(
-        relation=OuterRef("pk"), chunk__document__in=documents_in_scope(workspace, scope)
-    )
-    return relations.filter(Exists(supported))

@@ -7,8 +7,9 @@ from django.db import transaction
 from knowledge.models import EntitySource
 from knowledge.rag.llm import embed
 from knowledge.rag.retrieval import MODES, Budgets, Keywords, concurrent, nlp_keywords, parse_keywords, retrieve
+from knowledge.rag.retrieval.searches import relations_among_entities
 from knowledge.services.workspaces import workspace_refresh_counts
-from tests.factories import make_chunk, make_document, make_entity, make_workspace
+from tests.factories import make_chunk, make_document, make_entity, make_relation, make_workspace
 from tests.knowledge.team_graph import ELSEWHERE, LOW, QUESTION, ask, axis, build_team_graph
 
 
@@ -367,3 +368,28 @@ def test_a_pdf_citation_carries_the_right_page_and_section_end_to_end(workspace,
         "2 Method > 2.3 Dual-level retrieval",
         "page-2",
     )
+
+
+def test_the_relations_among_drawn_entities_are_found_from_hubs_and_from_the_rest(workspace):
+    # Two hubs (more relations than entities drawn) and two entities of few relations.
+    hub, other_hub, small, tiny = (make_entity(workspace, name) for name in ("Hub", "Other hub", "Small", "Tiny"))
+    for i in range(6):
+        leaf = make_entity(workspace, f"Leaf {i}")
+        make_relation(hub, leaf)
+        make_relation(other_hub, leaf)
+    make_relation(hub, other_hub, weight=4.0)
+    make_relation(hub, small, weight=3.0)
+    make_relation(small, tiny, weight=2.0)
+    make_relation(other_hub, tiny, weight=1.0, published=False)  # in flight: not drawn
+
+    among = relations_among_entities(
+        workspace=workspace, entity_ids=[hub.pk, other_hub.pk, small.pk, tiny.pk], limit=10
+    )
+    heaviest_two = relations_among_entities(
+        workspace=workspace, entity_ids=[hub.pk, other_hub.pk, small.pk, tiny.pk], limit=2
+    )
+
+    drawn = [{row["source_id"], row["target_id"]} for row in among]
+    assert drawn == [{hub.pk, other_hub.pk}, {hub.pk, small.pk}, {small.pk, tiny.pk}]
+    assert [row["weight"] for row in heaviest_two] == [4.0, 3.0]
+    assert relations_among_entities(workspace=workspace, entity_ids=[], limit=10) == []
