@@ -522,9 +522,8 @@ def relations_among_entities(
 # (with `lead`, also those of the `lead` passages nearest to the question that the seed entities
 # lead to: the second hop of a mode without a chunk search, decision 0161) and the seed
 # entities, their synonyms, and for each of those entities the `fanout` passages that
-# mention it nearest to the question (of its first mentions: WALK_MENTIONS shared among the
-# entities reached, at most MENTIONS_READ each, so a hub mentioned by thousands of passages, or a
-# larger graph that reaches more entities, costs a bounded number of distances). Only what is served is walked:
+# mention it nearest to the question (of the first MENTIONS_READ of its mentions, so a hub mentioned
+# by thousands of passages costs a bounded number of distances). Only what is served is walked:
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
@@ -577,8 +576,6 @@ WITH unpublished AS MATERIALIZED (
         WHERE e.id = n.id AND e.workspace_id = %(workspace_id)s AND e.published{entity_scope}
         LIMIT 1
     ) e
-), share AS MATERIALIZED (
-    SELECT greatest(%(scan_least)s, least(%(scan)s, %(walk_mentions)s / greatest(count(*), 1))) AS scan FROM walked
 )
 SELECT 'M', s.entity_id, s.chunk_id, g.distance
 FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id JOIN given g ON g.id = s.chunk_id
@@ -586,7 +583,7 @@ UNION ALL
 SELECT 'M', w.id, m.chunk_id, m.distance
 FROM walked w CROSS JOIN LATERAL (
     SELECT c.id AS chunk_id, c.embedding <=> %(vector)s::vector AS distance
-    FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT (SELECT scan FROM share)) s
+    FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
     JOIN served c ON c.id = s.chunk_id
     WHERE NOT c.id IN (SELECT id FROM given)
     ORDER BY distance, c.id
@@ -599,11 +596,6 @@ WHERE source_id IN (SELECT id FROM walked) AND target_id IN (SELECT id FROM walk
 # How many mentions of one entity or relation a question reads, walking or citing: a hub's
 # thousands are not read whole, so a question costs the same at any corpus size.
 MENTIONS_READ = 64
-# And how many the walk reads in all, shared among the entities it reached (each reads at least
-# WALK_MENTIONS_LEAST): a larger graph reaches more entities from the same passages, and more of
-# them are mentioned often (decision 0165).
-WALK_MENTIONS = 4096
-WALK_MENTIONS_LEAST = 8
 
 
 @dataclass
@@ -642,8 +634,6 @@ def walk_edges(
         "fanout": fanout,
         "lead": lead,
         "scan": MENTIONS_READ,
-        "walk_mentions": WALK_MENTIONS,
-        "scan_least": WALK_MENTIONS_LEAST,
         **scope_params,
     }
     with connection.cursor() as cursor:
