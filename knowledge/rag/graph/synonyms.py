@@ -131,10 +131,13 @@ SWEEP_BATCH = 500
 def run_synonym_searches(*, entity_ids: Iterable[int] | None = None, due_before: datetime | None = None) -> int:
     """Look for the synonyms of queued entities (these, or those due before a time) and take them
     off the queue; entities another process is searching are skipped. Returns how many searched."""
+    wanted = None if entity_ids is None else list(entity_ids)
+    if wanted == []:  # a document that published no new entity
+        return 0
     with transaction.atomic():
         queued = SynonymSearch.objects.select_for_update(skip_locked=True)
-        if entity_ids is not None:
-            queued = queued.filter(entity_id__in=list(entity_ids))
+        if wanted is not None:
+            queued = queued.filter(entity_id__in=wanted)
         if due_before is not None:
             queued = queued.filter(due_at__lt=due_before).order_by("due_at")[:SWEEP_BATCH]
         ids = list(queued.values_list("entity_id", flat=True))

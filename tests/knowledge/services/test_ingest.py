@@ -62,6 +62,26 @@ def _ingest(workspace, name: str, text: str) -> Document:
     return ingestion.document_ingest(document_id=document.pk)
 
 
+def _ingest_at_once(documents: list[Document]) -> list[Exception]:
+    """Ingest each document on a thread of its own, all at once; what they raised."""
+    errors = []
+
+    def run(document):
+        try:
+            ingestion.document_ingest(document_id=document.pk)
+        except Exception as err:  # returned to the test
+            errors.append(err)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
 def _extraction_requests(double):
     """First-pass extraction requests (gleaning requests carry the whole conversation)."""
     return [
@@ -216,23 +236,8 @@ def test_two_documents_sharing_entities_ingested_concurrently_lose_no_provenance
         _create(workspace, "a.txt", parts("A", count=24)),
         _create(workspace, "b.txt", parts("B", count=24)),
     ]
-    errors = []
 
-    def run(document):
-        try:
-            ingestion.document_ingest(document_id=document.pk)
-        except Exception as err:  # surfaced by the assertion below
-            errors.append(err)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
+    assert _ingest_at_once(documents) == []
     # The race happened: extraction requests of one document arrived between two of the other's.
     letters = [
         MEETING.findall(request.messages[1]["content"])[0][0]
@@ -285,23 +290,8 @@ def test_two_documents_published_at_once_link_their_synonyms(openai_double, monk
         checked(document, owner, seconds, **changes)
 
     monkeypatch.setattr(steps, "_checked", meet_then_check)
-    errors = []
 
-    def run(document):
-        try:
-            ingestion.document_ingest(document_id=document.pk)
-        except Exception as err:  # surfaced by the assertion below
-            errors.append(err)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(document,)) for document in documents]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
+    assert _ingest_at_once(documents) == []
     assert sorted(met) == sorted(document.pk for document in documents)  # the race happened
     assert set(Document.objects.values_list("status", flat=True)) == {"processed"}
     names = {link.source.name for link in EntityLink.objects.select_related("source")} | {
