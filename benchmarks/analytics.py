@@ -111,7 +111,7 @@ def main() -> None:
 
     settings.ALLOWED_HOSTS = ["testserver"]
     settings.SECURE_SSL_REDIRECT = False
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep, serialized_aliases=set())
     try:
         from django.contrib.auth import get_user_model
 

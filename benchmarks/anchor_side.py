@@ -599,7 +599,7 @@ def main() -> None:
             cursor.execute(f'DROP DATABASE IF EXISTS "{base_name}_ext"')
             cursor.execute(f'CREATE DATABASE "{base_name}_ext" TEMPLATE "{base_name}" STRATEGY FILE_COPY')
         connection.close()
-    setup_databases(verbosity=0, interactive=False, keepdb=a.query_only or bool(a.extend))
+    setup_databases(verbosity=0, interactive=False, keepdb=a.query_only or bool(a.extend), serialized_aliases=set())
     from knowledge.models import Chunk, Document, Entity, LLMCacheEntry, Relation, Workspace
     from knowledge.services import ingestion
 

@@ -304,7 +304,9 @@ def main() -> None:
     from knowledge.models import Document, Workspace
     from knowledge.rag.retrieval.concurrent import close_connections
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
+    databases = setup_databases(
+        verbosity=0, interactive=False, keepdb=args.reuse or args.keep, serialized_aliases=set()
+    )
     numbers = {"questions": len(items), "pages": pages, "modes": modes}
     try:
         workspace = Workspace.objects.filter(slug=SLUG).first()

@@ -48,7 +48,7 @@ def main() -> None:
     from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep, serialized_aliases=set())
     settings.MEDIA_ROOT = tempfile.mkdtemp(prefix="bench-media-")
 
     from knowledge.models import Chunk, Document, Entity, EntitySource, Relation, RelationSource, Workspace

@@ -72,7 +72,7 @@ def main() -> None:
     from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep, serialized_aliases=set())
 
     from knowledge.models import Chunk, Document, Entity, EntitySource, Relation, RelationSource, Workspace
     from knowledge.selectors import entities_browse, graph_top

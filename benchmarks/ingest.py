@@ -254,7 +254,7 @@ def main() -> None:
     from django.test.utils import setup_databases, teardown_databases
 
     # A database of its own, migrated fresh and dropped at the end (unless --keep).
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep)
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.keep, serialized_aliases=set())
 
     from knowledge.models import Document, EntitySource, RelationSource, Workspace
     from knowledge.services import ingestion

@@ -198,7 +198,9 @@ def main() -> None:
     from knowledge.models import Document, Workspace
     from knowledge.rag.retrieval.concurrent import close_connections
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
+    databases = setup_databases(
+        verbosity=0, interactive=False, keepdb=args.reuse or args.keep, serialized_aliases=set()
+    )
     try:
         workspace = Workspace.objects.filter(slug="known-answers").first()
         if args.reuse and workspace is not None:

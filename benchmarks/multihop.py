@@ -227,7 +227,9 @@ def main() -> None:
     from knowledge.models import Document, Workspace
     from knowledge.rag.retrieval.concurrent import close_connections
 
-    databases = setup_databases(verbosity=0, interactive=False, keepdb=args.reuse or args.keep)
+    databases = setup_databases(
+        verbosity=0, interactive=False, keepdb=args.reuse or args.keep, serialized_aliases=set()
+    )
     numbers = {"dataset": args.dataset, "passages": len(data["passages"]), "questions": len(data["questions"])}
     try:
         workspace = Workspace.objects.filter(slug=f"multihop-{args.dataset}").first()
