@@ -38,8 +38,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from knowledge.models import Document, Entity, Workspace  # noqa: E402
-from knowledge.rag.graph.vectors import INDEXED_VECTOR_TABLES  # noqa: E402
+from knowledge.models import Chunk, Document, Entity, EntityVector, RelationVector, Workspace, vector_type  # noqa: E402
+from knowledge.rag.graph.vectors import INDEXED_VECTOR_MODELS, hnsw_index  # noqa: E402
 from knowledge.rag.retrieval import Keywords, QueryVectors, retrieve  # noqa: E402
 from knowledge.services.workspaces import workspace_refresh_counts  # noqa: E402
 
@@ -115,8 +115,8 @@ def build(workspace: Workspace, started: float) -> dict:
         # The indexes a question searches (entities and relations through their vector copies,
         # decision 0156) are built once after the copy: the copies' triggers would otherwise
         # insert 400,000 rows into HNSW one at a time.
-        for index in INDEXED_VECTOR_TABLES.values():
-            cursor.execute(f"DROP INDEX IF EXISTS {index}")
+        for model in INDEXED_VECTOR_MODELS:
+            cursor.execute(f"DROP INDEX IF EXISTS {hnsw_index(model).name}")
 
     documents = Document.objects.bulk_create(
         Document(workspace=workspace, title=f"Report {n}", content_hash=f"bench-{n}", status="processed")
@@ -207,12 +207,10 @@ def build(workspace: Workspace, started: float) -> dict:
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_chunk', 'id'), %s)", [CHUNKS])
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_entity', 'id'), %s)", [ENTITIES])
         cursor.execute("SELECT setval(pg_get_serial_sequence('knowledge_relation', 'id'), %s)", [RELATIONS])
-        for table, index in INDEXED_VECTOR_TABLES.items():
-            cursor.execute(
-                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
-                "WITH (m = 16, ef_construction = 64)"
-            )
-            progress(f"HNSW index on {table}", started)
+    with connection.schema_editor() as editor:
+        for model in INDEXED_VECTOR_MODELS:
+            editor.add_index(model, hnsw_index(model))
+            progress(f"HNSW index on {model._meta.db_table}", started)
     workspace_refresh_counts(workspace_id=workspace.pk)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
@@ -237,9 +235,8 @@ def count_per_document() -> None:
 
 
 _WARM_UP = {
-    "entities": "SELECT id FROM knowledge_entityvector ORDER BY embedding <=> %s::vector LIMIT 10",
-    "relations": "SELECT id FROM knowledge_relationvector ORDER BY embedding <=> %s::vector LIMIT 10",
-    "chunks": "SELECT id FROM knowledge_chunk ORDER BY embedding <=> %s::vector LIMIT 10",
+    kind: f"SELECT id FROM {model._meta.db_table} ORDER BY embedding <=> %s::{vector_type(model)} LIMIT 10"  # noqa: S608
+    for kind, model in (("entities", EntityVector), ("relations", RelationVector), ("chunks", Chunk))
 }
 
 

@@ -1,10 +1,10 @@
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q
 from django.utils import timezone
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 DEFAULT_ENTITY_TYPES = [
     "person",
@@ -32,14 +32,20 @@ class Role(models.TextChoices):
 ROLE_RANK = {Role.VIEWER: 1, Role.EDITOR: 2, Role.OWNER: 3}
 
 
-def embedding_index(model_name: str) -> HnswIndex:
+def embedding_index(model_name: str, *, opclass: str = "vector_cosine_ops") -> HnswIndex:
     return HnswIndex(
         name=f"{model_name}_embedding_hnsw",
         fields=["embedding"],
         m=16,
         ef_construction=64,
-        opclasses=["vector_cosine_ops"],
+        opclasses=[opclass],
     )
+
+
+def vector_type(model: type[models.Model]) -> str:
+    """The type of a model's `embedding` column without its size ("vector", "halfvec"): a vector
+    compared with the column is cast to it, so that the column's HNSW index serves the comparison."""
+    return model._meta.get_field("embedding").db_type(connection).partition("(")[0]
 
 
 class Workspace(models.Model):
@@ -426,10 +432,14 @@ class GraphVector(models.Model):
     rows (searches._SERVED_COPY). The id is the graph row's; the row's deletion deletes it (a
     foreign key ON DELETE CASCADE in the database, not in Django's collector). Searches read it as
     they read the graph table: `id`, `workspace_id`, `embedding`.
+
+    The copy is in half precision (decision 0166): it only chooses the nearest rows, whose
+    distances are then read from the graph row's own vector, and its index takes half the memory,
+    which is what an insert into a large graph's index spends its time reading.
     """
 
     workspace_id = models.BigIntegerField()
-    embedding = VectorField(dimensions=settings.EMBEDDING_DIM)
+    embedding = HalfVectorField(dimensions=settings.EMBEDDING_DIM)
 
     class Meta:
         abstract = True
@@ -443,7 +453,7 @@ class EntityVector(GraphVector):
     class Meta:
         # An exact scan of a small workspace's vectors starts from its rows (searches._vector_order).
         indexes = [
-            embedding_index("entityvector"),
+            embedding_index("entityvector", opclass="halfvec_cosine_ops"),
             models.Index(fields=["workspace_id"], name="entityvector_workspace"),
         ]
 
@@ -459,7 +469,7 @@ class RelationVector(GraphVector):
     class Meta:
         # An exact scan of a small workspace's vectors starts from its rows (searches._vector_order).
         indexes = [
-            embedding_index("relationvector"),
+            embedding_index("relationvector", opclass="halfvec_cosine_ops"),
             models.Index(fields=["workspace_id"], name="relationvector_workspace"),
         ]
 

@@ -1,5 +1,7 @@
 """Migrations that move data, run on data."""
 
+import json
+
 import numpy as np
 import pytest
 from django.db import connection
@@ -53,6 +55,64 @@ def test_the_vector_copies_and_synonym_links_are_made_for_an_existing_graph():
             cursor.execute("SELECT source_id, target_id FROM knowledge_entitylink")
             assert cursor.fetchall() == [(one.pk, many.pk)]
         assert not apps.get_model("knowledge", "EntityVector").objects.filter(pk=pending.pk).exists()
+    finally:
+        executor = MigrationExecutor(connection)
+        _migrate(executor.loader.graph.leaf_nodes())
+
+
+def _copy_columns() -> dict[str, tuple[str, str]]:
+    """Per copy table: its column's type and its HNSW index's definition."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.table_name, format_type(a.atttypid, a.atttypmod), i.indexdef "
+            "FROM (VALUES ('knowledge_entityvector'), ('knowledge_relationvector')) c (table_name) "
+            "JOIN pg_attribute a ON a.attrelid = c.table_name::regclass AND a.attname = 'embedding' "
+            "JOIN pg_indexes i ON i.tablename = c.table_name AND i.indexname LIKE '%%_embedding_hnsw'"
+        )
+        return {table: (column_type, index) for table, column_type, index in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_vector_copies_turn_to_half_precision_with_their_rows_and_back():
+    apps = _migrate([("knowledge", "0020_unpublished_documents")])
+    try:
+        Workspace, Entity = apps.get_model("knowledge", "Workspace"), apps.get_model("knowledge", "Entity")
+        Relation = apps.get_model("knowledge", "Relation")
+        workspace = Workspace.objects.create(name="Old", slug="old")
+        rng = np.random.default_rng(4)
+        one, two = (
+            Entity.objects.create(
+                workspace=workspace, name=name, key=name, embedding=random_vector(rng), published=True
+            )
+            for name in ("one", "two")
+        )
+        relation = Relation.objects.create(
+            workspace=workspace, source=one, target=two, embedding=random_vector(rng), published=True
+        )
+        assert {column for column, _ in _copy_columns().values()} == {"vector(384)"}
+
+        _migrate([("knowledge", "0021_graph_vector_copies_in_half_precision")])
+        columns = _copy_columns()
+        assert {column for column, _ in columns.values()} == {"halfvec(384)"}
+        assert all("halfvec_cosine_ops" in index and "ef_construction='64'" in index for _, index in columns.values())
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, embedding::text FROM knowledge_entityvector ORDER BY id")
+            copies = {pk: json.loads(vector) for pk, vector in cursor.fetchall()}
+            # The index serves a search in the new type.
+            cursor.execute(
+                "SELECT id FROM knowledge_relationvector ORDER BY embedding <=> %s::halfvec LIMIT 1",
+                [str(list(relation.embedding))],
+            )
+            assert cursor.fetchall() == [(relation.pk,)]
+        assert copies == {
+            one.pk: pytest.approx(list(one.embedding), abs=1e-3),
+            two.pk: pytest.approx(list(two.embedding), abs=1e-3),
+        }
+
+        _migrate([("knowledge", "0020_unpublished_documents")])
+        columns = _copy_columns()
+        assert {column for column, _ in columns.values()} == {"vector(384)"}
+        assert all("vector_cosine_ops" in index and "halfvec" not in index for _, index in columns.values())
     finally:
         executor = MigrationExecutor(connection)
         _migrate(executor.loader.graph.leaf_nodes())

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from knowledge.models import SynonymSearch
+from knowledge.models import EntityVector, SynonymSearch, vector_type
 from knowledge.rag.names import surface_form
 
 SYNONYM_COSINE = 0.93
@@ -41,7 +41,7 @@ def names_agree(first: str, second: str) -> bool:
 
 # Candidates for the given (published) entities: every other published entity of the workspace
 # with the same form, and the NEAREST by name vector above the cosine floor (one index scan each).
-_CANDIDATES_SQL = """
+_CANDIDATES_SQL = f"""
 WITH given AS MATERIALIZED (
     SELECT id, workspace_id, name, form, embedding FROM knowledge_entity
     WHERE id = ANY(%(ids)s) AND published
@@ -53,17 +53,18 @@ WHERE g.form <> ''
 UNION ALL
 SELECT g.id, g.name, n.id, n.name, 1 - n.distance
 FROM given g CROSS JOIN LATERAL (
-    SELECT v.id, o.name, v.distance
+    -- The copy's half precision chooses the nearest; the floor applies to the full vectors.
+    SELECT v.id, o.name, o.embedding <=> g.embedding AS distance
     FROM (
-        SELECT v.id, v.embedding <=> g.embedding AS distance
+        SELECT v.id
         FROM knowledge_entityvector v
         WHERE v.workspace_id = g.workspace_id AND v.id <> g.id
-        ORDER BY v.embedding <=> g.embedding
+        ORDER BY v.embedding <=> g.embedding::{vector_type(EntityVector)}
         LIMIT %(nearest)s
     ) v JOIN knowledge_entity o ON o.id = v.id AND o.published  -- a copy may be staged ahead (GraphVector)
 ) n
 WHERE g.embedding IS NOT NULL AND n.distance <= 1 - %(cosine)s
-"""
+"""  # noqa: S608 - a column type, no input
 
 _SETTINGS_SQL = "SELECT set_config('enable_sort', %s, true), set_config('hnsw.ef_search', %s, true)"
 # pgvector's default beam: enough for the few nearest rows a near-duplicate is among.

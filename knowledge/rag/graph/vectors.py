@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import psycopg
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Index, Q
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 from psycopg.types.json import Jsonb
 
-from knowledge.models import Chunk, Document, Entity, Relation
+from knowledge.models import Chunk, Document, Entity, EntityVector, Relation, RelationVector, vector_type
 from knowledge.rag import llm
 from knowledge.rag.chunking import embedding_text
 from knowledge.rag.graph.embedding import entity_vectors, relation_vectors
@@ -225,13 +225,9 @@ def embed_published(*, entity_ids: Iterable[int] = (), relation_ids: Iterable[in
 
 REEMBED_PAGE = 256
 VECTOR_TABLES = ("knowledge_chunk", "knowledge_entity", "knowledge_relation")
-# The tables searched by vector, and their HNSW indexes: the graph's vectors are searched in their
+# The tables searched by vector, with their HNSW indexes: the graph's vectors are searched in their
 # copies (knowledge.models.GraphVector), which triggers fill again as rows are re-embedded.
-INDEXED_VECTOR_TABLES = {
-    "knowledge_chunk": "chunk_embedding_hnsw",
-    "knowledge_entityvector": "entityvector_embedding_hnsw",
-    "knowledge_relationvector": "relationvector_embedding_hnsw",
-}
+INDEXED_VECTOR_MODELS = (Chunk, EntityVector, RelationVector)
 
 
 def vector_dimensions() -> int:
@@ -241,6 +237,10 @@ def vector_dimensions() -> int:
             "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'knowledge_chunk'::regclass AND attname = 'embedding'"
         )
         return cursor.fetchone()[0]
+
+
+def hnsw_index(model) -> Index:
+    return next(index for index in model._meta.indexes if index.name.endswith("_embedding_hnsw"))
 
 
 def resize_vector_columns(dimensions: int) -> None:
@@ -260,23 +260,23 @@ def resize_vector_columns(dimensions: int) -> None:
         triggers = cursor.fetchall()
         for name, table, _ in triggers:
             cursor.execute(f"DROP TRIGGER {name} ON {table}")  # noqa: S608 - names from the catalog
-        for index in INDEXED_VECTOR_TABLES.values():
-            cursor.execute(f"DROP INDEX IF EXISTS {index}")  # noqa: S608 - fixed names, no user input
-        for table in INDEXED_VECTOR_TABLES:
+        for model in INDEXED_VECTOR_MODELS:
+            cursor.execute(f"DROP INDEX IF EXISTS {hnsw_index(model).name}")  # noqa: S608 - our own names
+            table = model._meta.db_table
             if table not in VECTOR_TABLES:  # a copy: its column is NOT NULL, and ALTER TABLE fires no trigger
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608
-                cursor.execute(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)})")  # noqa: S608
+                cursor.execute(
+                    f"ALTER TABLE {table} ALTER COLUMN embedding TYPE {vector_type(model)}({int(dimensions)})"  # noqa: S608
+                )
         for table in VECTOR_TABLES:
             cursor.execute(
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL"  # noqa: S608
             )
         for _, _, definition in triggers:
             cursor.execute(definition)
-        for table, index in INDEXED_VECTOR_TABLES.items():
-            cursor.execute(
-                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "  # noqa: S608
-                "WITH (m = 16, ef_construction = 64)"
-            )
+        with connection.schema_editor() as editor:
+            for model in INDEXED_VECTOR_MODELS:
+                editor.add_index(model, hnsw_index(model))
 
 
 def _reembed(model, queryset, embed, on_page) -> int:

@@ -14,7 +14,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from pgvector.django import CosineDistance
 
-from knowledge.models import Chunk, Entity, Relation, Workspace
+from knowledge.models import Chunk, Entity, EntityVector, Relation, RelationVector, Workspace, vector_type
 from knowledge.rag.language import CJK_CHARACTERS
 from knowledge.rag.retrieval.scope import (
     Scope,
@@ -93,19 +93,19 @@ def search_terms(text: str) -> str:
     return " | ".join(f"'{term}'" for term in list(terms)[:MAX_QUERY_TERMS])
 
 
-_EXACT_ORDER = "(x.embedding <=> %(vector)s::vector) + 0"
+_EXACT_ORDER = "(x.embedding <=> %(vector)s::{vector_type}) + 0"
 
 
-def _vector_order(size: int) -> str:
+def _vector_order(size: int, vector_type: str) -> str:
     # Below the threshold an exact scan over the workspace's rows is both right and fast; ordering
     # by an expression the index cannot serve (distance + 0) is what makes the planner choose it.
     # Above it the HNSW index answers, scanning on until it has k rows of the workspace (iterative
     # scans, see settings).
-    return _EXACT_ORDER if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
+    return _EXACT_ORDER.format(vector_type=vector_type) if size <= settings.VECTOR_EXACT_SCAN_MAX else "distance"
 
 
 _NEAREST_SQL = """
-SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+SELECT x.id, x.embedding <=> %(vector)s::{vector_type} AS distance
 FROM knowledge_{table} x
 WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served}{scope}
 ORDER BY {order}
@@ -119,13 +119,13 @@ LIMIT %(k)s
 # case is read from the table's statistics inside the query (a one-time filter on each branch, so
 # one query whatever the case); a table never analyzed counts as small.
 _WORKSPACE_NEAREST_SQL = """
-(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+(SELECT x.id, x.embedding <=> %(vector)s::{vector_type} AS distance
  FROM knowledge_{table} x
  WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served} AND NOT ({indexed})
- ORDER BY (x.embedding <=> %(vector)s::vector) + 0
+ ORDER BY (x.embedding <=> %(vector)s::{vector_type}) + 0
  LIMIT %(k)s)
 UNION ALL
-(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+(SELECT x.id, x.embedding <=> %(vector)s::{vector_type} AS distance
  FROM knowledge_{table} x
  WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served} AND ({indexed})
  ORDER BY distance
@@ -143,12 +143,12 @@ _MOST_OF_THE_TABLE = (
 # its documents count them, is scanned exactly instead. The query picks the branch itself (a
 # one-time filter on each), so a question costs the same queries whatever its scope.
 _SCOPED_NEAREST_SQL = """
-(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+(SELECT x.id, x.embedding <=> %(vector)s::{vector_type} AS distance
  FROM {exact}
- ORDER BY (x.embedding <=> %(vector)s::vector) + 0
+ ORDER BY (x.embedding <=> %(vector)s::{vector_type}) + 0
  LIMIT %(k)s)
 UNION ALL
-(SELECT x.id, x.embedding <=> %(vector)s::vector AS distance
+(SELECT x.id, x.embedding <=> %(vector)s::{vector_type} AS distance
  FROM knowledge_{table} x
  WHERE x.workspace_id = %(workspace_id)s AND x.embedding IS NOT NULL{served}{scope}
    AND ({size}) > %(scope_exact_max)s
@@ -179,6 +179,10 @@ _SERVED_COPY = (
 )
 
 
+# The table each kind's vectors are searched in.
+_SEARCHED = {"chunk": Chunk, "entity": EntityVector, "relation": RelationVector}
+
+
 def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | None) -> tuple[str, dict]:
     """SQL of the ids and cosine distances of the k rows of `kind` ("chunk", "entity", "relation")
     nearest %(vector)s in the workspace and `scope`, and the parameters of its scope."""
@@ -189,11 +193,12 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
         clause, params = row_clause(kind, "x.id", workspace, scope)
         table = f"{kind}vector"  # the graph's vectors and their index (knowledge.models.GraphVector)
         served = _SERVED_COPY.format(alias="x", kind=kind)
+    of_type = vector_type(_SEARCHED[kind])
     if not clause:
         if size > settings.VECTOR_EXACT_SCAN_MAX:
-            return _NEAREST_SQL.format(table=table, served=served, scope="", order="distance"), {}
+            return _NEAREST_SQL.format(table=table, served=served, scope="", order="distance", vector_type=of_type), {}
         indexed = _MOST_OF_THE_TABLE.format(table=table)
-        return _WORKSPACE_NEAREST_SQL.format(table=table, served=served, indexed=indexed), {
+        return _WORKSPACE_NEAREST_SQL.format(table=table, served=served, indexed=indexed, vector_type=of_type), {
             "workspace_rows": size,
             "index_share": settings.VECTOR_INDEX_SHARE,
         }
@@ -204,7 +209,13 @@ def _nearest_sql(kind: str, *, workspace: Workspace, size: int, scope: Scope | N
         served_here = _SERVED_COPY.format(alias="y", kind=kind)
         exact = _SCOPED_ROWS.format(rows=rows_in_scope(kind), table=table, served=served_here, small=small)
     sql = _SCOPED_NEAREST_SQL.format(
-        exact=exact, size=size_of_scope(kind), table=table, served=served, scope=clause, order=_vector_order(size)
+        exact=exact,
+        size=size_of_scope(kind),
+        table=table,
+        served=served,
+        scope=clause,
+        order=_vector_order(size, of_type),
+        vector_type=of_type,
     )
     return sql, {**params, "scope_exact_max": settings.VECTOR_EXACT_SCAN_MAX}
 
