@@ -287,7 +287,7 @@ def postgres_settings() -> dict:
 
     with connection.cursor() as c:
         c.execute(
-            "SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
             [
                 [
                     "shared_buffers",
