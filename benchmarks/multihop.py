@@ -18,7 +18,9 @@ by where their chunks first appear in the Sources of the context:
 - all@5, all@10: the share of questions with every gold passage among the first 5 or 10;
 - answer: the share of extractive answers that contain the gold answer (case and spacing aside);
   with --answer-before REF, "before" is the same share for the extractive answer of that commit,
-  given the same retrieval;
+  given the same retrieval, and "cut" for that answer cut to as many items as today's has, which
+  tells a better choice of sentences from a longer answer, and "+/-" counts the questions
+  today's answer gets that the earlier one missed, and the other way round;
 - p50 ms: the median time to build the context.
 
 The walk's constants were chosen on the first half of HotpotQA's questions (the tuning half); the
@@ -114,6 +116,14 @@ def contains(answer: str, gold: str) -> bool:
     return bool(gold) and f" {normalized(gold)} " in f" {normalized(answer)} "
 
 
+def items(answer: str) -> list[str]:
+    """An extractive answer's items: its "- " lines, or the whole answer when it is one paragraph.
+    The label earlier versions put above the items ("no language model is configured ...") is
+    none: counted as answer text, its "no" answered every question whose answer is "no"."""
+    listed = re.split(r"\n(?=- )", answer)
+    return [item for item in listed if item.startswith("- ")] or [answer]
+
+
 def extractive_answer_of(ref: str):
     """The extractive answer as it was at git `ref`, loaded beside today's (its imports resolve
     against today's code), to answer the same retrieval both ways."""
@@ -137,8 +147,8 @@ def extractive_answer_of(ref: str):
 
 
 def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: list[str], before=None) -> dict:
-    """mode -> per-question (rank of each gold passage or None, answer contains gold, ms, and
-    whether the answer of `before` contains it)."""
+    """mode -> per-question (rank of each gold passage or None, answer contains gold, ms, whether
+    the answer of `before` contains it, and whether it does when cut to today's length)."""
     from knowledge.rag.answer.extractive import extractive_answer
     from knowledge.rag.retrieval import nlp_keywords, retrieve
 
@@ -152,8 +162,12 @@ def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: lis
             ranked = list(dict.fromkeys(passage_of.get(row.document_id) for row in result.chunks))
             ranks = [ranked.index(gold) + 1 if gold in ranked else None for gold in item["gold"]]
             answer = extractive_answer(item["question"], result)
-            earlier = before is not None and contains(before(item["question"], result), item["answer"])
-            results[mode].append((ranks, contains(answer, item["answer"]), ms, earlier))
+            earlier = cut = False
+            if before is not None:
+                earlier_answer = items(before(item["question"], result))
+                earlier = contains("\n".join(earlier_answer), item["answer"])
+                cut = contains("\n".join(earlier_answer[: len(items(answer))]), item["answer"])
+            results[mode].append((ranks, contains(answer, item["answer"]), ms, earlier, cut))
         if number % 10 == 0:
             print(f"\r  asked {number}/{len(questions)} questions", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -172,15 +186,22 @@ def summary(rows: list) -> dict:
         "R@5": recall(5),
         "all@5": every(5),
         "all@10": every(10),
-        "answer": statistics.mean(found for _, found, _, _ in rows),
-        "answer before": statistics.mean(earlier for *_, earlier in rows),
-        "p50 ms": statistics.median(ms for _, _, ms, _ in rows),
+        "answer": statistics.mean(found for _, found, *_ in rows),
+        "answer before": statistics.mean(earlier for *_, earlier, _ in rows),
+        "answer before, cut": statistics.mean(cut for *_, cut in rows),
+        # Questions today's answer gets and the earlier one missed, and the other way round.
+        "gained": sum(found and not earlier for _, found, _, earlier, _ in rows),
+        "lost": sum(earlier and not found for _, found, _, earlier, _ in rows),
+        "p50 ms": statistics.median(ms for _, _, ms, *_ in rows),
     }
 
 
 def report(title: str, results: dict, indexes: list[int]) -> dict:
     print(f"\n{title} ({len(indexes)} questions)")
-    print(f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7} {'before':>7}")
+    print(
+        f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7} "
+        f"{'before':>7} {'cut':>6} {'+/-':>7}"
+    )
     table = {}
     for mode, rows in results.items():
         numbers = summary([rows[i] for i in indexes])
@@ -188,7 +209,8 @@ def report(title: str, results: dict, indexes: list[int]) -> dict:
         print(
             f"{mode:8} {numbers['R@2']:6.3f} {numbers['R@5']:6.3f} {numbers['all@5']:6.3f} "
             f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f} "
-            f"{numbers['answer before']:7.3f}"
+            f"{numbers['answer before']:7.3f} {numbers['answer before, cut']:6.3f} "
+            f"{'+' + str(numbers['gained']) + '/-' + str(numbers['lost']):>7}"
         )
     return table
 
