@@ -162,7 +162,7 @@ def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: lis
             ranked = list(dict.fromkeys(passage_of.get(row.document_id) for row in result.chunks))
             ranks = [ranked.index(gold) + 1 if gold in ranked else None for gold in item["gold"]]
             answer = extractive_answer(item["question"], result)
-            earlier = cut = False
+            earlier = cut = None
             if before is not None:
                 earlier_answer = items(before(item["question"], result))
                 earlier = contains("\n".join(earlier_answer), item["answer"])
@@ -187,30 +187,39 @@ def summary(rows: list) -> dict:
         "all@5": every(5),
         "all@10": every(10),
         "answer": statistics.mean(found for _, found, *_ in rows),
+        "p50 ms": statistics.median(ms for _, _, ms, *_ in rows),
+    } | ({} if rows[0][3] is None else compared(rows))
+
+
+def compared(rows: list) -> dict:
+    """Today's answer against the earlier one (--answer-before)."""
+    return {
         "answer before": statistics.mean(earlier for *_, earlier, _ in rows),
         "answer before, cut": statistics.mean(cut for *_, cut in rows),
         # Questions today's answer gets and the earlier one missed, and the other way round.
         "gained": sum(found and not earlier for _, found, _, earlier, _ in rows),
         "lost": sum(earlier and not found for _, found, _, earlier, _ in rows),
-        "p50 ms": statistics.median(ms for _, _, ms, *_ in rows),
     }
 
 
 def report(title: str, results: dict, indexes: list[int]) -> dict:
     print(f"\n{title} ({len(indexes)} questions)")
+    table = {mode: summary([rows[i] for i in indexes]) for mode, rows in results.items()}
+    before = "answer before" in next(iter(table.values()))
     print(
-        f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7} "
-        f"{'before':>7} {'cut':>6} {'+/-':>7}"
+        f"{'mode':8} {'R@2':>6} {'R@5':>6} {'all@5':>6} {'all@10':>7} {'answer':>7} {'p50 ms':>7}"
+        + (f" {'before':>7} {'cut':>6} {'+/-':>7}" if before else "")
     )
-    table = {}
-    for mode, rows in results.items():
-        numbers = summary([rows[i] for i in indexes])
-        table[mode] = numbers
+    for mode, numbers in table.items():
         print(
             f"{mode:8} {numbers['R@2']:6.3f} {numbers['R@5']:6.3f} {numbers['all@5']:6.3f} "
-            f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f} "
-            f"{numbers['answer before']:7.3f} {numbers['answer before, cut']:6.3f} "
-            f"{'+' + str(numbers['gained']) + '/-' + str(numbers['lost']):>7}"
+            f"{numbers['all@10']:7.3f} {numbers['answer']:7.3f} {numbers['p50 ms']:7.1f}"
+            + (
+                f" {numbers['answer before']:7.3f} {numbers['answer before, cut']:6.3f} "
+                f"{'+' + str(numbers['gained']) + '/-' + str(numbers['lost']):>7}"
+                if before
+                else ""
+            )
         )
     return table
 
