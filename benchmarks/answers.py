@@ -142,10 +142,7 @@ _MARKER = re.compile(r"\[S\d+\]$")
 def first_unit(answer: str) -> str:
     """The answer's first sentence, or, when it opens with a table, a list or code, that block
     with the sentence introducing it ("... given in the following table. [S1]", then the table)."""
-    from knowledge.rag.answer import extractive
-
-    body = answer.replace(getattr(extractive, "EXTRACTIVE_LABEL", "\0"), "")
-    lines = [line.strip() for line in body.strip().splitlines()]
+    lines = [line.strip() for line in answer.strip().splitlines()]
     if not lines or lines[0].startswith("- "):
         return lines[0].removeprefix("- ") if lines else ""
     unit, rest = [], lines

@@ -117,16 +117,16 @@ def contains(answer: str, gold: str) -> bool:
 
 
 def items(answer: str) -> list[str]:
-    """An extractive answer's items: its "- " lines, or the whole answer when it is one paragraph.
-    The label earlier versions put above the items ("no language model is configured ...") is
-    none: counted as answer text, its "no" answered every question whose answer is "no"."""
+    """An extractive answer's items: its "- " lines, or the whole answer when it is one paragraph."""
     listed = re.split(r"\n(?=- )", answer)
     return [item for item in listed if item.startswith("- ")] or [answer]
 
 
 def extractive_answer_of(ref: str):
     """The extractive answer as it was at git `ref`, loaded beside today's (its imports resolve
-    against today's code), to answer the same retrieval both ways."""
+    against today's code), to answer the same retrieval both ways. The label earlier versions put
+    above the answer ("no language model is configured ...") is left out: counted as answer text,
+    its "no" answered every question whose answer is "no", and it was every answer's first line."""
     import importlib.util
     import subprocess
     import tempfile
@@ -143,7 +143,10 @@ def extractive_answer_of(ref: str):
     spec = importlib.util.spec_from_file_location("extractive_before", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.extractive_answer
+    label = getattr(module, "EXTRACTIVE_LABEL", None)
+    if label is None:
+        return module.extractive_answer
+    return lambda *args, **kwargs: module.extractive_answer(*args, **kwargs).removeprefix(label).lstrip()
 
 
 def ask(workspace, passage_of: dict[int, int], questions: list[dict], modes: list[str], before=None) -> dict:
