@@ -1,15 +1,20 @@
 """The extractive answer, given when no chat model is configured: the sources' own sentences
 that best answer the question, each with its citation marker."""
 
+import logging
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from knowledge.rag import language, llm
 from knowledge.rag.answer.reading import WORD, Read, chunk_sentences, content_terms
 from knowledge.rag.retrieval import ChunkRow, Keywords, RetrievalResult
 from knowledge.rag.sentences import Sentence
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RESPONSE_TYPE = "Multiple Paragraphs"
 NO_CONTEXT_ANSWER = (
@@ -46,6 +51,12 @@ EXTRACTIVE_COMPLETION_SHARE = 0.34
 # ... from one of the passages retrieved first: further down, a sentence saying two of the
 # question's words is more often about something else ("real life" in a passage about another film).
 EXTRACTIVE_COMPLETION_PASSAGES = 10
+# A candidate in another language than the question's shares none of its words but names and
+# numbers, so the multilingual embedding model judges it: this many of them, those sharing most
+# of the question's terms first (then in retrieval order), beside this many of the question's own
+# language, its best, to compare them with (docs/asking.md, "Answers across languages").
+EXTRACTIVE_FOREIGN_CANDIDATES = 16
+EXTRACTIVE_FOREIGN_REFERENCES = 3
 
 
 # "Who founded Acme and where is it based?": a conjunction or a question mark followed by
@@ -91,8 +102,9 @@ _DEFINITION = re.compile(
 )
 _DEFINES = re.compile(r"^(?:(?:an?|the)\s+)?(?P<subject>.{1,60}?)\s+(?:is|are|refers to|means)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d")
+# Years are not words in Japanese ("1927年に"), so digits around them, not word boundaries, end them.
 _DATE = re.compile(
-    r"\b(?:1[5-9]\d\d|20\d\d)\b|\b(?:January|February|March|April|May|June|July|August|September|October|"
+    r"(?<!\d)(?:1[5-9]\d\d|20\d\d)(?!\d)|\b(?:January|February|March|April|May|June|July|August|September|October|"
     r"November|December)\b"
 )
 _NAME = re.compile(r"(?<!^)(?<![.!?] )\b[A-Z][\w'-]+(?: (?:[A-Z][\w'-]+|de|van|von|of))* [A-Z][\w'-]+")
@@ -153,6 +165,8 @@ class _Candidate:
     # "sentence", or "table", "list" and "code" for a block of rows, items or lines read as one unit.
     kind: str = "sentence"
     title: frozenset[str] = frozenset()
+    # The ISO 639-1 code of its chunk's language (knowledge.rag.language).
+    language: str = "en"
 
     @property
     def sentence(self) -> Sentence:
@@ -219,6 +233,7 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
         # heading "Generators" is about generators.
         heading = row.section.split(" > ", 1)[0]
         passage = content_terms(f"{row.document_title}\n{row.section}\n{row.text}")
+        code = language.of(row.text).code
         title = frozenset(content_terms(f"{row.document_title}\n{heading}"))
         reads = chunk_sentences(row.text, row.char_start)
         for read in reads:
@@ -226,7 +241,7 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
             if not read.sentence.complete or key in seen:
                 continue
             seen.add(key)
-            found.append(_Candidate(read, row, passage, title=title))
+            found.append(_Candidate(read, row, passage, title=title, language=code))
         for kind, block in _blocks(row.text):
             key = " ".join(WORD.findall(block.text.casefold()))
             if key in seen:
@@ -241,15 +256,17 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
                 terms | (content_terms(lead.text) if lead else set()),
                 lead,
             )
-            found.append(_Candidate(read, row, passage, kind=kind, title=title))
-        for field in _fields(row.text):
+            found.append(_Candidate(read, row, passage, kind=kind, title=title, language=code))
+        for field in _fields(row.text) + _options(row.text):
             key = " ".join(WORD.findall(field.text.casefold()))
             if key in seen:
                 continue
             seen.add(key)
             terms = frozenset(content_terms(field.text))
             sentence = Sentence(field.text, row.char_start + field.start, row.char_start + field.end, True)
-            found.append(_Candidate(Read(sentence, terms, terms, None), row, passage, kind="field", title=title))
+            found.append(
+                _Candidate(Read(sentence, terms, terms, None), row, passage, kind="field", title=title, language=code)
+            )
     return found
 
 
@@ -281,6 +298,27 @@ def _fields(text: str) -> list["_Block"]:
         position += len(line) + 1
     close()
     return [_Block(f"{name}: {', '.join(found)}", begin, finish) for name, found, begin, finish in fields]
+
+
+# A manual's option ("-H, --si", "--output[=FIELD_LIST]") or format ("%s") on a line of its own,
+# its description on the lines below it in the same paragraph.
+_OPTION_TERM = re.compile(r"^(?:--?[\w#]|%\S)[^\n]{0,58}$")
+_SENTENCE_END = re.compile(r"[.!?:。．！？：]$")
+
+
+def _options(text: str) -> list["_Block"]:
+    """The options a manual page describes, each with its description as one unit
+    ("-H, --si: 1000 の累乗でサイズを表示する"): the description alone does not say which option
+    it describes, and often does not end like a sentence."""
+    found, position = [], 0
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.strip().split("\n")
+        if len(lines) >= 2 and _OPTION_TERM.match(lines[0].strip()) and not _SENTENCE_END.search(lines[0].strip()):
+            description = " ".join(line.strip() for line in lines[1:])
+            start = position + paragraph.index(lines[0])
+            found.append(_Block(f"{lines[0].strip()}: {description}", start, position + len(paragraph.rstrip())))
+        position += len(paragraph) + 2
+    return found
 
 
 _INTRODUCES = re.compile(r"\b(?:following|below|table|list)\b|:$", re.IGNORECASE)
@@ -393,6 +431,13 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     asked = content_terms(topic)
     wanted = set().union(*parts)
     frequency = Counter(term for candidate in candidates for term in candidate.read.about & wanted)
+    asked_in = language.of(question).code
+    across = any(candidate.language != asked_in for candidate in candidates)
+    if across:
+        # A term no candidate says may be said by one in another language, in other words: it is
+        # still asked, as the rarest term ("Who writes about ...?" is not answered by "The root
+        # logger writes to standard error" for sharing "writes" alone).
+        frequency.update({term: 1 for term in wanted if term not in frequency})
     weight = {
         term: math.log(1 + len(candidates) / count) * (1.0 if term in asked else EXTRACTIVE_REFERRED_WEIGHT)
         for term, count in frequency.items()
@@ -430,6 +475,11 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
 
     for candidate in candidates:
         candidate.relevance = max((relevance(candidate, part) for part in parts), default=0.0)
+    if across:
+        for candidate, coverage_estimate in _across_languages(question, candidates, asked_in, ask).items():
+            bonus = EXTRACTIVE_ASK_BONUS if coverage_estimate and ask and _answers_ask(ask, candidate, defined) else 0.0
+            scale = EXTRACTIVE_OTHER_DOCUMENT if scoped and not scope <= candidate.title else 1.0
+            candidate.relevance = (coverage_estimate + bonus) * scale
     # Among equals, the one that repeats more of the question's own words, stop words included
     # ("to create an empty set").
     said = set(WORD.findall(question.casefold()))
@@ -498,6 +548,44 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     if "paragraph" in response_type.casefold() and "single" in response_type.casefold():
         return " ".join(lines)
     return "\n".join(line if "\n" in line else f"- {line}" for line in lines)
+
+
+def _across_languages(
+    question: str, candidates: Sequence[_Candidate], asked_in: str, ask: str | None
+) -> dict[_Candidate, float]:
+    """How much of the question each candidate in another language says, on the scale of the
+    shares of its terms a candidate covers, as the multilingual embedding model judges it: the
+    question's similarity to the candidate, from the median of the candidates judged (0) to the
+    best of them (1). Judged are EXTRACTIVE_FOREIGN_CANDIDATES of the other languages, those
+    covering most of the question's terms first (names, numbers and identifiers are written
+    alike in both), then in retrieval order, and the
+    EXTRACTIVE_FOREIGN_REFERENCES best of the question's language, so that a sentence in another
+    language leads only where the model finds it closer to the question than the best sentence
+    in the question's own. Those of other languages it does not judge get 0, and without an
+    embedding model at hand all of them do; code is judged only when code is asked for (to the
+    model, a command's synopsis is close to any question about the command)."""
+    order = {chunk_id: rank for rank, chunk_id in enumerate(dict.fromkeys(c.row.chunk_id for c in candidates))}
+    foreign = sorted(
+        (candidate for candidate in candidates if candidate.language != asked_in),
+        key=lambda candidate: (-candidate.relevance, order[candidate.row.chunk_id]),
+    )
+    judged = [candidate for candidate in foreign if candidate.kind != "code" or ask == "code"]
+    judged = judged[:EXTRACTIVE_FOREIGN_CANDIDATES]
+    own = sorted((candidate for candidate in candidates if candidate.language == asked_in), key=lambda c: -c.relevance)[
+        :EXTRACTIVE_FOREIGN_REFERENCES
+    ]
+    estimates = dict.fromkeys(foreign, 0.0)
+    try:
+        (asked,) = llm.embed([question], purpose="query")
+        vectors = llm.embed([candidate.sentence.text for candidate in judged + own], purpose="passage")
+    except llm.LLMError as exc:
+        logger.warning("Answer sentences in other languages than the question's were not judged: %s", exc)
+        return estimates
+    similarity = [sum(a * b for a, b in zip(asked, vector, strict=True)) for vector in vectors]
+    low, high = statistics.median(similarity), max(similarity)
+    for candidate, value in zip(judged, similarity, strict=False):
+        estimates[candidate] = max(0.0, (value - low) / (high - low)) if high > low else 1.0
+    return estimates
 
 
 def _headed_by(candidate: _Candidate, subjects: set[str]) -> bool:

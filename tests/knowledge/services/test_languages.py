@@ -86,3 +86,25 @@ def test_a_japanese_question_in_an_english_conversation_keeps_its_own_keywords(w
         assert inside.keywords == alone.keywords, mode
         assert [row.chunk_id for row in inside.chunks] == [row.chunk_id for row in alone.chunks], mode
         assert {node["id"] for node in inside.subgraph["nodes"]} == {node["id"] for node in alone.subgraph["nodes"]}
+
+
+@pytest.mark.parametrize(
+    ("question", "first"),
+    [
+        # No sentence shares a word with it: the multilingual model judges which Japanese one says it.
+        (
+            "Which professor leads the laboratory at the University of Hong Kong?",
+            "黄超教授が香港大学の研究室を率いている。",
+        ),
+        # The English document shares "writes" with it ("The root logger writes to standard
+        # error"); the model finds the Japanese sentences closer.
+        ("Who writes about knowledge graphs at the University of Hong Kong?", "黄超教授"),
+        # And the other way round: a Japanese question answered by an English sentence.
+        ("ロギングモジュールはどの標準レベルを定義していますか？", "The logging module defines five standard levels"),
+    ],
+)
+def test_a_question_is_answered_from_a_document_in_another_language(workspace, library, question, first):
+    for mode in ("naive", "mix"):
+        answer = extractive_answer(question, retrieve(workspace=workspace, question=question, mode=mode))
+
+        assert answer.splitlines()[0].removeprefix("- ").startswith(first), (mode, answer)
