@@ -80,12 +80,14 @@ class Language:
     def terms(self, text: str) -> set[str]:
         """The content terms of `text`: its words without stop words and short words, stemmed
         ("uses" and "use" are one term), or for a language without spaces its content words'
-        normalized forms (SudachiPy), with words in Latin letters read as English ones."""
+        normalized forms (SudachiPy), with words in Latin letters read as English ones and numbers
+        of three digits or more as written; in every language a command-line option is a term as
+        written ("-i", "--inodes"), so that "dfの-iオプション" meets the line describing -i."""
         if not self.spaces:
-            return _sudachi_terms(text, self.stop_words())
+            return _sudachi_terms(text, self.stop_words()) | _options(text)
         stop_words = self.stop_words()
         words = [word.casefold() for word in _WORD.findall(text) if len(word) > 2]
-        return set(_stem(self.stemmer, [word for word in words if word not in stop_words]))
+        return set(_stem(self.stemmer, [word for word in words if word not in stop_words])) | _options(text)
 
     def entity_label(self, label: str) -> str | None:
         """The OntoNotes label of one of the pipeline's named-entity labels (None: not a name)."""
@@ -275,13 +277,27 @@ def _sudachi():
 _CONTENT_POS = {"名詞", "動詞", "形容詞", "形状詞", "接頭辞"}
 
 
+# An option as a manual or a command line writes it; its case matters (sort -M is not -m).
+_OPTION = re.compile(r"(?<![A-Za-z0-9_-])--?[A-Za-z][A-Za-z0-9_-]*", re.ASCII)
+_DIGITS = re.compile(r"\d{3,}", re.ASCII)
+
+
+def _options(text: str) -> set[str]:
+    return set(_OPTION.findall(text))
+
+
 def _sudachi_terms(text: str, stop_words: frozenset[str]) -> set[str]:
     terms = set()
     for morpheme in _sudachi().tokenize(text):
         pos = morpheme.part_of_speech()
+        surface = morpheme.surface()
+        if pos[1] == "数詞" and _DIGITS.fullmatch(surface):
+            # "1000" and "5322" are written alike in every language (English keeps them too);
+            # counters written in kanji (二段階) are not.
+            terms.add(surface)
+            continue
         if pos[0] not in _CONTENT_POS or pos[1] in ("非自立可能", "数詞"):
             continue
-        surface = morpheme.surface()
         if _LATIN_WORD.fullmatch(surface):
             terms |= DEFAULT.terms(surface)
             continue

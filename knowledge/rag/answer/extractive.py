@@ -70,6 +70,8 @@ _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their|he|him|his|she|her)\b
 
 
 _ASKS = (
+    # "Which gzip option keeps ...?", "どのオプションで...": a manual's option with its description.
+    ("option", r"\b(?:which|what) (?:[\w-]+ )?(?:option|flag|switch)\b|どの(?:\S{0,8})?オプション"),
     # "How do I create ...?", "How should a logger be named?", not "How do they differ?".
     ("code", r"^\s*how (?:(?:do|can|should|would) (?:i|you|we|one|a|an|the)|to)\b|\b(?:example|syntax|command)\b"),
     ("number", r"\b(?:how (?:many|much|long|large|big|fast|often|old)|(?:what|which) (?:percentage|number|size))\b"),
@@ -86,6 +88,7 @@ _ASKS = (
 _ASK_WORDS = {
     "list": re.compile(r"\b(?:exists?|available)\b", re.IGNORECASE),
     "author": re.compile(r"\b(?:wrote|authored|created|maintains|author|creator|maintainer)\b", re.IGNORECASE),
+    "option": re.compile(r"\b(?:options?|flags?|switch(?:es)?)\b|オプション", re.IGNORECASE),
 }
 # "What makes a function a generator function?": "makes" asks what does; "This often makes it
 # difficult ..." says nothing of it.
@@ -123,8 +126,8 @@ _INLINE_CODE = re.compile(r"\w\(\S*\)|\s--?[a-z]\w*\b")
 
 
 def _ask(question: str) -> str | None:
-    """The kind of answer a question asks for: code, a number, a date, a name, a list, a
-    definition, or None."""
+    """The kind of answer a question asks for: a manual's option, code, a number, a date, a
+    name, a list, a definition, or None."""
     kind = next((kind for kind, pattern in _ASKS if re.search(pattern, question, re.IGNORECASE)), None)
     return kind or ("definition" if _DEFINITION.search(question) else None)
 
@@ -162,7 +165,8 @@ class _Candidate:
     # about it too, even when it does not name it ("2 GB of free disk space.").
     passage: set[str]
     relevance: float = 0.0
-    # "sentence", or "table", "list" and "code" for a block of rows, items or lines read as one unit.
+    # "sentence", "table", "list" and "code" for a block of rows, items or lines read as one unit,
+    # "field" for a field list's label with its values, "option" for a manual's option with its description.
     kind: str = "sentence"
     title: frozenset[str] = frozenset()
     # The ISO 639-1 code of its chunk's language (knowledge.rag.language).
@@ -242,9 +246,11 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
                 continue
             seen.add(key)
             found.append(_Candidate(read, row, passage, title=title, language=code))
+        options = _options(row.text)
         for kind, block in _blocks(row.text):
             key = " ".join(WORD.findall(block.text.casefold()))
-            if key in seen:
+            # An option's line is read with its description, not as code of its own.
+            if key in seen or any(block.start < option.end and option.start < block.end for option in options):
                 continue
             seen.add(key)
             start, end = row.char_start + block.start, row.char_start + block.end
@@ -257,7 +263,9 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
                 lead,
             )
             found.append(_Candidate(read, row, passage, kind=kind, title=title, language=code))
-        for field in _fields(row.text) + _options(row.text):
+        for kind, field in [("field", field) for field in _fields(row.text)] + [
+            ("option", option) for option in options
+        ]:
             key = " ".join(WORD.findall(field.text.casefold()))
             if key in seen:
                 continue
@@ -265,7 +273,7 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
             terms = frozenset(content_terms(field.text))
             sentence = Sentence(field.text, row.char_start + field.start, row.char_start + field.end, True)
             found.append(
-                _Candidate(Read(sentence, terms, terms, None), row, passage, kind="field", title=title, language=code)
+                _Candidate(Read(sentence, terms, terms, None), row, passage, kind=kind, title=title, language=code)
             )
     return found
 
@@ -414,8 +422,9 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
     the shares it covers of the part's subjects (low-level keyword terms, weighing
     EXTRACTIVE_SUBJECT_SHARE; one its passage names counts EXTRACTIVE_PASSAGE_CREDIT) and of the
     rest, plus EXTRACTIVE_ASK_BONUS when it gives what the question asks for (a number, a date, a
-    name, a table or a list, code, a definition); when the question names a document by its title,
-    candidates of other documents keep EXTRACTIVE_OTHER_DOCUMENT of it; ties go to the candidate
+    name, a table or a list, code, a definition, a manual's option); an option the question names
+    ("-i") is one of its subjects; when the question names a document by its title, candidates of
+    other documents keep EXTRACTIVE_OTHER_DOCUMENT of it; ties go to the candidate
     repeating more of the question's own words. Kept: for a compound question, or one comparing
     things it names, first the best candidate of each part; then, best first, those above the floor
     that cover a term of the question no kept one covers (no padding), at most
@@ -427,6 +436,10 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         return NO_CONTEXT_ANSWER
     ask = _ask(question)
     topic = _WHAT_MAKES.sub(r"\1", _ASK_WORDS[ask].sub(" ", question) if ask in _ASK_WORDS else question)
+    # "What does df's -i option show?": the option it names is its subject, "option" no word to cover.
+    named_options = {term for term in content_terms(question) if term.startswith("-")}
+    if named_options:
+        topic = _ASK_WORDS["option"].sub(" ", topic)
     parts = _question_parts(topic, result.keywords, result.referred)
     asked = content_terms(topic)
     wanted = set().union(*parts)
@@ -442,7 +455,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         term: math.log(1 + len(candidates) / count) * (1.0 if term in asked else EXTRACTIVE_REFERRED_WEIGHT)
         for term, count in frequency.items()
     }
-    subjects = {term for keyword in result.keywords.low_level for term in content_terms(keyword)}
+    subjects = {term for keyword in result.keywords.low_level for term in content_terms(keyword)} | named_options
     defined = _defined(question) if ask == "definition" else ""
     # Question words that name a retrieved document ("the functional programming HOWTO").
     titled = {term for candidate in candidates for term in candidate.title & asked}
@@ -538,7 +551,7 @@ def extractive_answer(question: str, result: RetrievalResult, response_type: str
         lead = candidate.read.lead if candidate.read.lead not in shown else None
         shown |= {candidate.sentence, lead} - {None}
         marker = f"[{candidate.row.id}]"
-        if candidate.kind in ("sentence", "field"):
+        if candidate.kind in ("sentence", "field", "option"):
             # The citation marks the sentence that answers; the one before it is there to be read with it.
             lines.append(" ".join(filter(None, [lead and lead.text, candidate.sentence.text, marker])))
         else:
@@ -601,6 +614,8 @@ def _answers_ask(ask: str, candidate: _Candidate, defined: str) -> bool:
     code of code blocks or a sentence naming a call, the rest of the text of any candidate."""
     if ask == "list":
         return candidate.kind in ("table", "list")
+    if ask == "option":
+        return candidate.kind == "option"
     if ask == "code" and candidate.kind == "code":
         return True
     return _gives(ask, candidate.sentence.text, defined)

@@ -738,3 +738,44 @@ def test_a_completing_sentence_comes_from_a_passage_retrieved_first():
 
     assert lines[0].startswith("- In Love and War (1987)")
     assert not any("Ann Price" in line for line in lines)
+
+
+# From the Japanese translation of df(1) (JM project, Debian's manpages-ja), as `man` shows it.
+DF_MANUAL = """\
+名前
+ df - ファイルシステムのディスク容量の使用状況を表示する
+
+説明
+ df は、引き数で指定された各ファイル名を含むファイルシステムで 利用可能なディスク容量を表示します。
+
+オプション
+ 各 FILE が存在するファイルシステムに関する情報を表示します。 デフォルトでは全てのファイルシステムについて表示します。
+
+ -h, --human-readable
+ 1024 の累乗でサイズを表示する (例: 1023M)
+
+ -H, --si
+ 1000 の累乗でサイズを表示する (例: 1.1G)
+
+ -i, --inodes
+ ブロック使用量の代わりに iノード情報を表示する
+
+ -T, --print-type
+ ファイルシステムの種類を表示する
+"""
+
+
+def test_a_manual_option_is_read_with_its_description_and_found_by_the_option_a_question_names():
+    assert first_line("dfの-iオプションは何を表示しますか？", {"df.1.txt": DF_MANUAL}) == (
+        "- -i, --inodes: ブロック使用量の代わりに iノード情報を表示する [S1]"
+    )
+
+
+@pytest.mark.django_db
+def test_an_english_question_asking_for_an_option_gets_the_japanese_manual_line_that_gives_it(settings):
+    settings.EMBEDDING_BASE_URL = settings.EMBEDDING_API_KEY = ""
+    documents = {"df.1.txt": DF_MANUAL, "logging.html": LOGGING_HOWTO}
+
+    assert first_line("Which df option shows sizes in powers of 1000?", documents).startswith(
+        "- -H, --si: 1000 の累乗でサイズを表示する"
+    )

@@ -53,6 +53,17 @@ def test_japanese_terms_are_its_content_words_and_latin_words_are_read_as_englis
     assert content_terms("LightRAG uses graphs.") & content_terms("LightRAGはグラフを使う。") == {"lightrag"}
 
 
+def test_options_and_long_numbers_are_terms_as_written_in_every_language():
+    manual = content_terms("-H, --si: 1000 の累乗でサイズを表示する")
+    assert {"-H", "--si", "1000"} <= manual
+    assert "1000" in manual & content_terms("Which option shows sizes in powers of 1000?")
+    assert "-i" in content_terms("dfの-iオプションは何を表示しますか？") & content_terms("-i, --inodes")
+    assert content_terms("sort -M") == {"sort", "-M"}
+    # Hyphenated words, dashes, negative numbers and kanji counters are not.
+    assert content_terms("non-empty lists -- e.g. -1") == {"non", "list"}
+    assert content_terms("二段階") == {"段階"}
+
+
 def test_english_and_french_terms_are_stemmed_by_their_own_stemmer():
     assert content_terms("The parser uses tokens") == content_terms("parsers use the token")
     assert content_terms("les recherches dans les graphes") == {"recherch", "graph"}
