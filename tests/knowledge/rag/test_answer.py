@@ -7,6 +7,7 @@ from django.db import connection
 from markdown_it import MarkdownIt
 
 from knowledge.models import LLMCacheEntry
+from knowledge.rag import llm
 from knowledge.rag.answer import answer_is_extractive, astream_answer
 from knowledge.rag.answer.citations import answer_citations
 from knowledge.rag.answer.extractive import NO_CONTEXT_ANSWER, _blocks, extractive_answer
@@ -779,3 +780,18 @@ def test_an_english_question_asking_for_an_option_gets_the_japanese_manual_line_
     assert first_line("Which df option shows sizes in powers of 1000?", documents).startswith(
         "- -H, --si: 1000 の累乗でサイズを表示する"
     )
+
+
+def test_sources_in_another_language_are_still_answered_from_when_the_embedding_model_fails(monkeypatch, caplog):
+    def unreachable(texts, *, purpose, usage=None):
+        raise LLMError("The embedding model at embeddings.example did not answer.", transient=True)
+
+    monkeypatch.setattr(llm, "embed", unreachable)
+    documents = {"df.1.txt": DF_MANUAL, "logging.html": LOGGING_HOWTO}
+
+    # The Japanese lines go unjudged; the answer is made of what words alone can tell.
+    answer = extractive_answer("Which df option shows sizes in powers of 1000?", rows_of(documents, "x"))
+
+    assert answer != NO_CONTEXT_ANSWER
+    assert answer.startswith("- ")
+    assert "were not judged" in caplog.text
