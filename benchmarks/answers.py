@@ -94,7 +94,7 @@ def load_questions(path: Path) -> list[dict]:
         follows = item.get("follows")
         if (item.get("kind") == "follow-up") != (follows is not None):
             problems.append(f"#{index}: a follow-up, and only a follow-up, names the question it follows")
-        if item.get("direction", DIRECTIONS[0]) not in DIRECTIONS:
+        if "direction" in item and item["direction"] not in DIRECTIONS:
             problems.append(f"#{index}: direction {item['direction']!r} is not one of {', '.join(DIRECTIONS)}")
         if follows is not None and not 0 <= follows < index:
             problems.append(f"#{index}: follows {follows}, which is not an earlier question")

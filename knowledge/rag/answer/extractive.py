@@ -246,7 +246,7 @@ def _candidates(result: RetrievalResult) -> list[_Candidate]:
                 continue
             seen.add(key)
             found.append(_Candidate(read, row, passage, title=title, language=code))
-        options = _options(row.text)
+        options = _option_entries(row.text)
         for kind, block in _blocks(row.text):
             key = " ".join(WORD.findall(block.text.casefold()))
             # An option's line is read with its description, not as code of its own.
@@ -308,13 +308,14 @@ def _fields(text: str) -> list["_Block"]:
     return [_Block(f"{name}: {', '.join(found)}", begin, finish) for name, found, begin, finish in fields]
 
 
-# A manual's option ("-H, --si", "--output[=FIELD_LIST]") or format ("%s") on a line of its own,
-# its description on the lines below it in the same paragraph.
+# A manual's entry for an option ("-H, --si", "-#", "--output[=FIELD_LIST]") or a format ("%s"):
+# the option on a line of its own, its description on the lines below it in the same paragraph.
+# Wider than the options that are terms (knowledge.rag.language): "-#" and "-9" begin entries.
 _OPTION_TERM = re.compile(r"^(?:--?[\w#]|%\S)[^\n]{0,58}$")
 _SENTENCE_END = re.compile(r"[.!?:。．！？：]$")
 
 
-def _options(text: str) -> list["_Block"]:
+def _option_entries(text: str) -> list["_Block"]:
     """The options a manual page describes, each with its description as one unit
     ("-H, --si: 1000 の累乗でサイズを表示する"): the description alone does not say which option
     it describes, and often does not end like a sentence."""
