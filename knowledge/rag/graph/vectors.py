@@ -1,5 +1,6 @@
 """Vector writes: many rows in one statement, binary vectors, and re-embedding after a model change."""
 
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -33,15 +34,27 @@ def _param(column: str, value):
     return Jsonb(value) if _COLUMN_TYPES[column] == "jsonb" and value is not None else value
 
 
+# The `vector` type's description per open connection: asking the server for it cost one query
+# per vector write, eight a document (benchmarks/results/2026-11-30-per-document-overhead.md).
+_vector_types: weakref.WeakKeyDictionary[psycopg.Connection, TypeInfo] = weakref.WeakKeyDictionary()
+
+
 def _vector_cursor() -> psycopg.Cursor:
     """A cursor on Django's connection (same transaction) that binds on the server and sends vectors in binary.
 
     Django's cursor interpolates parameters into the SQL text: thousands of vectors become
     megabytes of SQL to quote and parse, twenty times slower than pgvector's binary format.
+    The adapters are the cursor's own: Django's cursors keep reading vectors as text.
     """
     connection.ensure_connection()
-    cursor = psycopg.Cursor(connection.connection)
-    register_vector_info(cursor, TypeInfo.fetch(connection.connection, "vector"))
+    raw = connection.connection
+    info = _vector_types.get(raw)
+    if info is None:
+        info = TypeInfo.fetch(raw, "vector")
+        if info is not None:  # None before the extension exists: asked again next time
+            _vector_types[raw] = info
+    cursor = psycopg.Cursor(raw)
+    register_vector_info(cursor, info)
     return cursor
 
 
