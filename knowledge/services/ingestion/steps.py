@@ -13,8 +13,9 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, OperationalError, transaction
-from django.db.models import F
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
@@ -100,10 +101,10 @@ def next_step(document: Document | None, owner: str) -> Step:
     return _STEP_OF_STAGE[document.stage]
 
 
-def run_step(step: Step, document: Document, owner: str, progress: Callable[[Document], None]) -> Document | None:
-    """Run one step; the document as it stands after it (None once deleted), which the next step
-    starts from, so a step costs one read of the document besides its own work. The step's model
-    calls use the models in use when it began, and its builds what that read says of the document."""
+def run_step(step: Step, document: Document, owner: str, progress: Callable[[Document], None]) -> Document:
+    """Run one step; the document as its last write left it, which the next step starts from.
+    The step's model calls use the models in use when it began, and its builds what the document
+    said when it began. The workspace is the one the run read when it started."""
     with llm.models_pinned(), document_known(document.pk, document.workspace_id, document.replaces_id):
         {
             Step.PARSE: _parse,
@@ -112,9 +113,8 @@ def run_step(step: Step, document: Document, owner: str, progress: Callable[[Doc
             Step.BUILD: _build,
             Step.PUBLISH: _publish,
         }[step](document, owner)
-    document = announce(document.pk)
-    if document is not None:
-        progress(document)
+    events.publish_document_progress(document)
+    progress(document)
     return document
 
 
@@ -126,18 +126,32 @@ def announce(document_id: int) -> Document | None:
     return document
 
 
+# What a step's last write returns of the document: what `current` reads.
+_RETURNED = [field for field in Document._meta.concrete_fields if field.name != "text"]
+
+
 def _checked(document: Document, owner: str, seconds: dict[str, float] | None = None, **changes) -> None:
-    """Inside the step's transaction: write `changes` (and the step's time) if the lease is still ours."""
+    """Inside the step's transaction: write `changes` (and the step's time) if the lease is still
+    ours, and take the row as it now stands onto `document`. Every step ends with this write, so
+    the document is not read again after it (a read per step was 6% of a worker's time,
+    benchmarks/results/2026-11-30-per-document-overhead.md)."""
     if seconds:
         timings = dict(document.timings or {})
         for name, value in seconds.items():
             timings[name] = round(timings.get(name, 0.0) + value, 3)
         changes["timings"] = timings
-        document.timings = timings
     changes.setdefault("lease_expires_at", lease_expiry())
-    written = Document.objects.filter(pk=document.pk, lease_owner=owner).update(updated_at=timezone.now(), **changes)
-    if not written:
+    update = UpdateQuery(Document)
+    update.add_update_values({"updated_at": timezone.now(), **changes})
+    update.add_q(Q(pk=document.pk, lease_owner=owner))
+    sql, params = update.get_compiler(Document.objects.db).as_sql()
+    returning = ", ".join(connection.ops.quote_name(field.column) for field in _RETURNED)
+    # A raw query set converts the returned columns as a query set would (JSON, dates).
+    written = next(iter(Document.objects.raw(f"{sql} RETURNING {returning}", params)), None)
+    if written is None:
         raise LeaseLost if Document.objects.filter(pk=document.pk).exists() else DocumentGone
+    for field in _RETURNED:
+        setattr(document, field.attname, getattr(written, field.attname))
 
 
 def _count_usage(document: Document, usage: llm.Usage) -> None:

@@ -31,7 +31,7 @@ from knowledge.models import (
     Workspace,
 )
 from knowledge.rag import graph, llm, prompts
-from knowledge.rag.graph import describe, provenance, rebuild
+from knowledge.rag.graph import describe, provenance, rebuild, vectors
 from knowledge.rag.graph.provenance import provenance_epoch
 from knowledge.rag.graph.rebuild import SUMMARY_FIELDS
 from knowledge.services import ingestion
@@ -97,13 +97,16 @@ def scripted(openai_double):
     return openai_double
 
 
-def test_a_step_reads_the_model_settings_once_and_its_document_only_to_start(scripted, workspace, monkeypatch):
+def test_a_run_reads_the_model_settings_once_a_step_and_its_document_once(scripted, workspace, monkeypatch):
     # Per call, the settings cost a read of Redis (28 for this document before), and the build's
-    # provenance checks read the document's workspace and version sixteen times.
+    # provenance checks read the document's workspace and version sixteen times; the document
+    # was read again after each step (six times), and the vector type before each vector write.
     _ingest(workspace, "a.txt", DOC_A)
-    reads = []
+    reads, type_lookups = [], []
     provider = llm._provider
     monkeypatch.setattr(llm, "_provider", lambda: reads.append(1) or provider())
+    fetch = vectors.TypeInfo.fetch
+    monkeypatch.setattr(vectors.TypeInfo, "fetch", lambda *args: type_lookups.append(1) or fetch(*args))
     second = _create(workspace, "b.txt", DOC_B)
     with CaptureQueriesContext(connection) as queries:
         assert ingestion.document_ingest(document_id=second.pk).status == "processed"
@@ -116,6 +119,13 @@ def test_a_step_reads_the_model_settings_once_and_its_document_only_to_start(scr
         if re.match(r'SELECT "knowledge_document"\."(workspace_id|replaces_id)"', query["sql"])
     ]
     assert document_reads == []
+    whole_reads = [
+        query
+        for query in queries.captured_queries
+        if query["sql"].startswith('SELECT "knowledge_document"."id", "knowledge_document"."workspace_id"')
+    ]
+    assert len(whole_reads) == 2  # when the run starts, and the one it returns
+    assert len(type_lookups) <= 1  # once per connection, and this one may have asked already
 
 
 def test_a_two_document_corpus_gives_the_expected_graph(scripted, workspace):
