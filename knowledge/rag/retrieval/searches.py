@@ -675,12 +675,12 @@ WITH hidden AS MATERIALIZED (
 ), relation_rows AS (
     SELECT id, pos FROM unnest(%(relation_ids)s::bigint[]) WITH ORDINALITY AS t (id, pos)
 ), links AS MATERIALIZED (
-    SELECT s.chunk_id, 'E' AS kind, r.id AS item, r.pos, s.description
+    SELECT s.chunk_id, 'E' AS kind, r.id AS item, r.pos, d.description
     FROM entity_rows r CROSS JOIN LATERAL (
-        SELECT chunk_id, description FROM knowledge_entitysource
+        SELECT id, chunk_id FROM knowledge_entitysource
         WHERE entity_id = r.id AND chunk_id NOT IN (SELECT id FROM hidden)
-        ORDER BY chunk_id LIMIT %(scan)s
-    ) s
+        ORDER BY id LIMIT %(scan)s
+    ) s JOIN knowledge_entitysource d ON d.id = s.id
     UNION
     SELECT s.chunk_id, 'E', s.entity_id, r.pos, s.description
     FROM knowledge_entitysource s JOIN entity_rows r ON r.id = s.entity_id
