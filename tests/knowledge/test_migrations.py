@@ -116,3 +116,19 @@ def test_the_vector_copies_turn_to_half_precision_with_their_rows_and_back():
     finally:
         executor = MigrationExecutor(connection)
         _migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db
+def test_the_vector_copies_are_vacuumed_for_dead_rows_not_for_inserts():
+    # An HNSW vacuum walks the whole graph; inserts alone must not start one (decision 0170).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname IN "
+            "('knowledge_entityvector', 'knowledge_relationvector', 'knowledge_chunk') ORDER BY relname"
+        )
+        options = dict(cursor.fetchall())
+    assert options == {
+        "knowledge_chunk": None,
+        "knowledge_entityvector": ["autovacuum_vacuum_insert_threshold=-1"],
+        "knowledge_relationvector": ["autovacuum_vacuum_insert_threshold=-1"],
+    }
