@@ -183,6 +183,9 @@ def run_workers(count: int, document_ids: list[int]) -> tuple[list[float], list[
     """Worker processes taking documents from one queue, as Celery's prefork pool does."""
     from django.db import connections
 
+    from knowledge.services import ingestion
+
+    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
     connections.close_all()  # each child opens its own
     context = multiprocessing.get_context("fork")
     queue, results = context.Queue(), context.Queue()

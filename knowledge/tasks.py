@@ -6,7 +6,8 @@ INGEST_SWEEP_SECONDS) sends what is missing, so a lost or duplicated message cos
 
 A stopping worker (Ctrl-C on `make run`, a deploy) finishes the step at hand and gives its
 document back: the main process sets a flag on `worker_shutting_down` that the pool's
-processes, forked after it was created, read between steps.
+processes, forked after it was created, read between steps. The main process also loads the
+models every run reads before the pool forks (ingestion.preload_models).
 """
 
 import logging
@@ -26,6 +27,11 @@ _stopping = None
 def _create_stop_flag(**kwargs) -> None:
     global _stopping
     _stopping = multiprocessing.Event()
+
+
+@worker_init.connect
+def _preload_models(**kwargs) -> None:
+    ingestion.preload_models()
 
 
 @worker_shutting_down.connect

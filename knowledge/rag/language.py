@@ -185,6 +185,14 @@ def _identifier():
     return LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE)
 
 
+def load_models(*, pipeline: bool) -> None:
+    """Load the language identifier and, with `pipeline`, the default language's spaCy pipeline
+    now rather than at their first use."""
+    _identifier()
+    if pipeline:
+        _pipeline(DEFAULT.spacy_model)
+
+
 # Chunks are detected when extracted and again when answered from; questions at every step.
 @lru_cache(maxsize=1024)
 def detect(text: str) -> str:

@@ -19,13 +19,21 @@ import redis
 from celery import current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+    transaction,
+)
 from django.db.models import Q
 from django.utils import timezone
 
 from knowledge import metrics
 from knowledge.models import Document, GraphRebuild
-from knowledge.rag import graph, llm, parsing
+from knowledge.rag import extraction, graph, language, llm, parsing, tokens
 from knowledge.services.ingestion import cleanup, steps
 from knowledge.services.ingestion.steps import DocumentGone, LeaseLost, Step, lease_expiry
 from knowledge.services.ingestion.uploads import INGEST_TASK, wake_workers
@@ -270,6 +278,18 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
     finally:
         _wake_another_if_work_waits()
     return document_id
+
+
+def preload_models() -> None:
+    """Load what every run reads (the language identifier, the tokenizer and, when spaCy
+    extracts, the default language's pipeline) in a worker's main process before its pool forks:
+    each child starts with them, shared copy-on-write, instead of loading its own at its first
+    document (decision 0171). Not the embedding model: its OpenMP threads must not exist before
+    a fork."""
+    language.load_models(pipeline=extraction.engine_name() == "spacy")
+    tokens.encoding()
+    # Asking which engine extracts may have opened a connection the children must not share.
+    connections.close_all()
 
 
 def _wake_another_if_work_waits() -> None:

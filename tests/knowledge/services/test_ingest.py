@@ -960,3 +960,32 @@ def test_a_pdf_stream_bomb_fails_the_document_with_a_clear_message(openai_double
     )
     assert failed.error_detail == ""
     assert openai_double.chat_requests() == []
+
+
+@pytest.fixture
+def unloaded_models():
+    from knowledge.rag import language, tokens
+
+    for loader in (language._identifier, language._pipeline, tokens.encoding):
+        loader.cache_clear()
+    return language, tokens
+
+
+# Transactional: preloading closes the connection, which a test's enclosing transaction would not survive.
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_loads_what_runs_read_before_its_pool_forks(unloaded_models):
+    language, tokens = unloaded_models
+    ingestion.preload_models()
+    assert language._identifier.cache_info().currsize == 1
+    assert tokens.encoding.cache_info().currsize == 1
+    # No chat model: spaCy extracts, with the default language's pipeline.
+    assert language._pipeline.cache_info().currsize == 1
+    assert connection.connection is None  # the pool's children open their own
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_chat_model_the_spacy_pipeline_waits_for_its_first_use(unloaded_models, openai_double):
+    language, _ = unloaded_models
+    ingestion.preload_models()
+    assert language._identifier.cache_info().currsize == 1
+    assert language._pipeline.cache_info().currsize == 0
