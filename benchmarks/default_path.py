@@ -244,11 +244,25 @@ def _pss_mb(pids: list[int]) -> float:
     return total / 1024
 
 
-def postgres_pids() -> list[int]:
+def postgres_pids(data: Path = DATA) -> list[int]:
+    """The embedded Postgres in `data` (this benchmark's own by default), postmaster first."""
     try:
-        return _tree(int((DATA / "postgres" / "postmaster.pid").read_text().split()[0]))
+        return _tree(int((data / "postgres" / "postmaster.pid").read_text().split()[0]))
     except (OSError, ValueError):
         return []
+
+
+def postgres_cpu(data: Path = DATA) -> float:
+    """CPU-seconds the embedded Postgres in `data` has spent: exited backends are folded into the
+    postmaster's cutime and cstime."""
+    total = 0.0
+    for pid in postgres_pids(data):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(field) for field in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 # ---------------------------------------------------------------------------------------

