@@ -60,8 +60,11 @@ ANCHOR = Path(__file__).resolve().parents[2] / "shared" / "anchor"
 if "--anchor" in sys.argv:
     ANCHOR = Path(sys.argv[sys.argv.index("--anchor") + 1]).resolve()
 sys.path.insert(0, str(ANCHOR))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import synth  # noqa: E402
 from lightrag_anchor import _CAP_SPAN, _STOP, embed_texts, fmt_size, parse_size, pct  # noqa: E402
+
+from benchmarks.default_path import postgres_cpu, postgres_pids  # noqa: E402
 
 MODES = ("local", "global", "hybrid", "mix", "naive")
 MAX_ENTITIES, MAX_RECORDS = 40, 100  # the caps LightRAG 1.5.7's prompt states
@@ -148,13 +151,6 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def _mem_kb(pid: int, field: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
@@ -163,26 +159,6 @@ def _mem_kb(pid: int, field: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def postgres_pids(app: Path) -> list[int]:
-    try:
-        pm = int((app / ".data" / "postgres" / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError):
-        return []
-    return [pm, *_children(pm)]
-
-
-def postgres_cpu(app: Path) -> float:
-    total = 0.0
-    for pid in postgres_pids(app):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            # utime, stime, cutime, cstime: exited backends are folded into the postmaster's c-times
-            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            pass
-    return total
 
 
 class MemSampler(threading.Thread):
@@ -201,7 +177,7 @@ class MemSampler(threading.Thread):
     def run(self):
         while not self.stop.wait(5):
             w = sum(_mem_kb(p, "Pss") for p in self.worker_pids_fn())
-            pg = sum(_mem_kb(p, "Pss") for p in postgres_pids(self.app))
+            pg = sum(_mem_kb(p, "Pss") for p in postgres_pids(self.app / ".data"))
             self.peak_workers_pss = max(self.peak_workers_pss, w)
             self.peak_pg_pss = max(self.peak_pg_pss, pg)
             self.peak_total_pss = max(self.peak_total_pss, w + pg)
@@ -637,7 +613,7 @@ def main() -> None:
         sampler_pids: list[int] = []
         sampler = MemSampler(app, lambda: list(sampler_pids))
         sampler.start()
-        pg_cpu0, dbl_cpu0 = postgres_cpu(app), process_cpu(server.pid)
+        pg_cpu0, dbl_cpu0 = postgres_cpu(app / ".data"), process_cpu(server.pid)
         counters0 = database_counters()
         t0 = time.perf_counter()
         ids = [
@@ -653,7 +629,7 @@ def main() -> None:
         total_s = time.perf_counter() - t0
         sampler.stop.set()
         sampler.join()
-        pg_cpu, dbl_cpu = postgres_cpu(app) - pg_cpu0, process_cpu(server.pid) - dbl_cpu0
+        pg_cpu, dbl_cpu = postgres_cpu(app / ".data") - pg_cpu0, process_cpu(server.pid) - dbl_cpu0
         res["database_counters"] = counters_delta(counters0, database_counters())
         # Stored text equals the corpus text? (the chunker works on what was stored)
         stored = list(Document.objects.filter(pk__in=ids).order_by("pk").values_list("text", flat=True))
