@@ -307,7 +307,7 @@ def run_workers(count: int, document_ids: list[int], sampler_pids: list[int]):
 
     from knowledge.services import ingestion
 
-    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
+    ingestion.preload_models(processes=count)  # as a Celery worker's main process does before its pool forks
     connections.close_all()
     ctx = multiprocessing.get_context("fork")
     queue, results = ctx.Queue(), ctx.Queue()

@@ -157,7 +157,7 @@ def ingest(workspace, docs: Path, pages: list[str], workers: int) -> None:
     for page in pages:
         filename, data = upload(docs, page)
         ids.append(ingestion.document_create(workspace=workspace, filename=filename, data=data, enqueue=False).pk)
-    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
+    ingestion.preload_models(processes=workers)  # as a Celery worker's main process does before its pool forks
     db.connections.close_all()
     context = multiprocessing.get_context("fork")
     queue, done = context.Queue(), context.Queue()

@@ -185,7 +185,7 @@ def run_workers(count: int, document_ids: list[int]) -> tuple[list[float], list[
 
     from knowledge.services import ingestion
 
-    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
+    ingestion.preload_models(processes=count)  # as a Celery worker's main process does before its pool forks
     connections.close_all()  # each child opens its own
     context = multiprocessing.get_context("fork")
     queue, results = context.Queue(), context.Queue()

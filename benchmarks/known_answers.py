@@ -122,7 +122,7 @@ def ingest(workspace, docs: Path, workers: int) -> dict[int, str]:
             workspace=workspace, filename=page.replace("/", "-"), data=(docs / page).read_bytes(), enqueue=False
         )
         page_of[document.pk] = page
-    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
+    ingestion.preload_models(processes=workers)  # as a Celery worker's main process does before its pool forks
     db.connections.close_all()
     context = multiprocessing.get_context("fork")
     queue, done = context.Queue(), context.Queue()

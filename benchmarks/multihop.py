@@ -73,7 +73,7 @@ def ingest(workspace, passages: list[dict], workers: int) -> tuple[dict[int, int
             enqueue=False,
         )
         passage_of[document.pk] = index
-    ingestion.preload_models()  # as a Celery worker's main process does before its pool forks
+    ingestion.preload_models(processes=workers)  # as a Celery worker's main process does before its pool forks
     db.connections.close_all()
     context = multiprocessing.get_context("fork")
     queue, done = context.Queue(), context.Queue()

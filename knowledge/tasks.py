@@ -13,7 +13,8 @@ models every run reads before the pool forks (ingestion.preload_models).
 import logging
 import multiprocessing
 
-from celery import shared_task
+from celery import concurrency, shared_task
+from celery.concurrency import prefork
 from celery.signals import worker_init, worker_ready, worker_shutting_down
 
 from knowledge.services import ingestion, model_endpoints, sources
@@ -30,8 +31,11 @@ def _create_stop_flag(**kwargs) -> None:
 
 
 @worker_init.connect
-def _preload_models(**kwargs) -> None:
-    ingestion.preload_models()
+def _preload_models(sender, **kwargs) -> None:
+    # The prefork pool's processes embed at the same time; a thread pool's threads take turns
+    # on one model, which keeps every core.
+    forks = issubclass(concurrency.get_implementation(sender.pool_cls), prefork.TaskPool)
+    ingestion.preload_models(processes=sender.concurrency if forks and isinstance(sender.concurrency, int) else None)
 
 
 @worker_shutting_down.connect

@@ -280,12 +280,15 @@ def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) 
     return document_id
 
 
-def preload_models() -> None:
+def preload_models(*, processes: int | None = None) -> None:
     """Load what every run reads (the language identifier, the tokenizer and, when spaCy
     extracts, the default language's pipeline) in a worker's main process before its pool forks:
     each child starts with them, shared copy-on-write, instead of loading its own at its first
     document (decision 0171). Not the embedding model: its OpenMP threads must not exist before
-    a fork."""
+    a fork. Given how many `processes` the pool forks, each one's embedded model gets its share
+    of the cores (decision 0172)."""
+    if processes is not None:
+        llm.share_cores(processes)
     language.load_models(pipeline=extraction.engine_name() == "spacy")
     tokens.encoding()
     # Asking which engine extracts may have opened a connection the children must not share.

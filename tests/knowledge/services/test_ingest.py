@@ -4,6 +4,7 @@ import re
 import socket
 import subprocess
 import threading
+import types
 from datetime import timedelta
 
 import psutil
@@ -981,6 +982,46 @@ def test_a_worker_loads_what_runs_read_before_its_pool_forks(unloaded_models):
     # No chat model: spaCy extracts, with the default language's pipeline.
     assert language._pipeline.cache_info().currsize == 1
     assert connection.connection is None  # the pool's children open their own
+
+
+def _environment_of_a_fork(name: str) -> str | None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave, running nothing of the test's
+        os.write(write, (os.environ.get(name) or "-").encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as reported:
+        value = reported.read()
+    return None if value == "-" else value
+
+
+@pytest.fixture
+def cores_unshared(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(llm, "_threads_per_child", None)  # restored afterwards: later forks keep every core
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_processes_a_worker_forks_share_the_cores_for_embedding(unloaded_models, cores_unshared, monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    ingestion.preload_models(processes=2)
+    assert _environment_of_a_fork("OMP_NUM_THREADS") == str(max(1, cores // 2))
+    assert "OMP_NUM_THREADS" not in os.environ  # the worker's main process keeps every core
+    # An operator's own setting wins.
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert _environment_of_a_fork("OMP_NUM_THREADS") == "3"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("pool", "threads"), [("prefork", 1), ("threads", None), ("solo", None)])
+def test_only_a_prefork_pool_shares_the_cores(unloaded_models, cores_unshared, monkeypatch, pool, threads):
+    from knowledge import tasks
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    tasks._preload_models(sender=types.SimpleNamespace(pool_cls=pool, concurrency=2))
+    assert llm._threads_per_child == threads
 
 
 @pytest.mark.django_db(transaction=True)
