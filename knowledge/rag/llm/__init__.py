@@ -647,7 +647,9 @@ def share_cores(processes: int) -> None:
     time, a process's threads waiting for each other while the other process held a core; with
     one thread each, 1-2%."""
     global _threads_per_child
-    _threads_per_child = max(1, len(os.sched_getaffinity(0)) // max(1, processes))
+    # The cores this process may run on (a container's or taskset's share), where the system tells.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _threads_per_child = max(1, cores // max(1, processes))
     _share_in_children()
 
 
