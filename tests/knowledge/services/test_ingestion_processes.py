@@ -248,8 +248,8 @@ def forget_broken_connections() -> None:
     close_connections()
 
 
-# "immediate" is a crash: Postgres recovers from its WAL, without the commits a run made since
-# the WAL writer last flushed (decision 0173), which the run then redoes.
+# "immediate" is Postgres' own crash: it recovers from its WAL, which may lack the steps a run
+# committed since the WAL writer last flushed (decision 0173); a run then does them again.
 @pytest.mark.parametrize("stop", ["fast", "immediate"])
 def test_postgres_restarted_mid_document_is_survived(openai_double, queue, tmp_path, stop):
     if os.environ.get("DATABASE_URL"):
