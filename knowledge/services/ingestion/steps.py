@@ -538,9 +538,10 @@ def _publish(document: Document, owner: str) -> None:
         last = attempt + 1 == PUBLISH_ATTEMPTS
         try:
             with transaction.atomic():
-                # What members see waits for the disk, and with it every step before (unflushed_commits).
+                # What members see commits as the server says (on: it waits for the disk, and with
+                # it every step before; an operator's remote_apply stays remote_apply).
                 with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL synchronous_commit TO on")
+                    cursor.execute("SET LOCAL synchronous_commit TO DEFAULT")
                 _checked(document, owner)
                 lock_staged(
                     workspace_id=document.workspace_id, entity_ids=staged_entities, relation_ids=staged_relations
