@@ -534,7 +534,8 @@ def relations_among_entities(
 # lead to: the second hop of a mode without a chunk search, decision 0161) and the seed
 # entities, their synonyms, and for each of those entities the `fanout` passages that
 # mention it nearest to the question (of the first MENTIONS_READ of its mentions, so a hub mentioned
-# by thousands of passages costs a bounded number of distances). Only what is served is walked:
+# by thousands of passages costs a bounded number of distances, and at most PASSAGES_MEASURED
+# mentions in all, so a walk costs the same in any graph). Only what is served is walked:
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
 _WALK_SQL = """
@@ -587,12 +588,24 @@ WITH unpublished AS MATERIALIZED (
         WHERE e.id = n.id AND e.workspace_id = %(workspace_id)s AND e.published{entity_scope}
         LIMIT 1
     ) e
+), measured AS MATERIALIZED (
+    -- The walked entities whose passages are measured against the question, the most specific
+    -- first, as many as PASSAGES_MEASURED allows: counting an entity's first mentions reads only
+    -- the index, measuring them reads each passage's vector.
+    SELECT id FROM (
+        SELECT w.id, sum(r.reads) OVER (ORDER BY r.reads, w.id) AS running
+        FROM walked w CROSS JOIN LATERAL (
+            SELECT count(*) AS reads
+            FROM (SELECT 1 FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
+        ) r
+    ) c
+    WHERE running <= %(measured)s
 )
 SELECT 'M', s.entity_id, s.chunk_id, g.distance
 FROM knowledge_entitysource s JOIN walked w ON w.id = s.entity_id JOIN given g ON g.id = s.chunk_id
 UNION ALL
 SELECT 'M', w.id, m.chunk_id, m.distance
-FROM walked w CROSS JOIN LATERAL (
+FROM measured w CROSS JOIN LATERAL (
     SELECT c.id AS chunk_id, c.embedding <=> %(vector)s::vector AS distance
     FROM (SELECT chunk_id FROM knowledge_entitysource WHERE entity_id = w.id LIMIT %(scan)s) s
     JOIN served c ON c.id = s.chunk_id
@@ -607,6 +620,12 @@ WHERE source_id IN (SELECT id FROM walked) AND target_id IN (SELECT id FROM walk
 # How many mentions of one entity or relation a question reads, walking or citing: a hub's
 # thousands are not read whole, so a question costs the same at any corpus size.
 MENTIONS_READ = 64
+# How many mentions one walk measures against the question, over all the entities it walks. The
+# bound above caps each entity, but a walk still grew with the corpus until most of its entities
+# reached it (1.6x the edges at 10M tokens as at 1M); under this one it does not. The entities
+# left out are those with the most mentions, whose passages a bridge lifts least (walk.py divides
+# a bridge by the passages its entity leads to). On HotpotQA it changes nothing (decision 0174).
+PASSAGES_MEASURED = 4096
 
 
 @dataclass
@@ -628,10 +647,13 @@ def walk_edges(
     fanout: int,
     lead: int = 0,
     scope: Scope | None = None,
+    measured: int = PASSAGES_MEASURED,
 ) -> WalkEdges:
     """The edges around the seed passages and entities that a walk spreads over, in one query;
     only entities and passages of documents in `scope`. With `lead`, the `lead` passages nearest to
-    `vector` that the seed entities lead to are seed passages too (with their distance)."""
+    `vector` that the seed entities lead to are seed passages too (with their distance). The
+    passages the walked entities lead to are measured against `vector` for at most `measured`
+    mentions, the entities with the fewest first."""
     edges = WalkEdges()
     if not chunk_ids and not entity_ids:
         return edges
@@ -645,6 +667,7 @@ def walk_edges(
         "fanout": fanout,
         "lead": lead,
         "scan": MENTIONS_READ,
+        "measured": measured,
         **scope_params,
     }
     with connection.cursor() as cursor:

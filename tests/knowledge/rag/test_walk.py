@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from knowledge.models import Chunk, Document, Entity, EntityLink
+from knowledge.models import Chunk, Document, Entity, EntityLink, EntitySource
 from knowledge.rag.graph import entity_vectors, link_synonyms
 from knowledge.rag.graph.synonyms import SYNONYM_COSINE, names_agree
 from knowledge.rag.names import surface_form
@@ -15,7 +15,7 @@ from knowledge.rag.retrieval.searches import walk_edges
 from knowledge.rag.retrieval.walk import rank_passages
 from knowledge.services import ingestion
 from knowledge.services.curation import possible_duplicates
-from tests.factories import make_entity
+from tests.factories import make_chunk, make_document, make_entity, random_vector
 
 # Who directed the film is on its page; what nationality the director is, only on the director's,
 # which shares no word with the question. The other pages are about films, directors and
@@ -133,6 +133,25 @@ def test_the_walk_reads_passages_by_key_never_every_served_one(bridge, lead):
         cursor.execute("EXPLAIN " + queries[0]["sql"])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "CTE served" not in plan
+
+
+def test_a_walk_measures_a_bounded_number_of_passages_the_most_specific_entities_first(workspace):
+    rng = np.random.default_rng(7)
+    document = make_document(workspace)
+    seed, *others = (make_chunk(document, order=i, embedding=random_vector(rng)) for i in range(13))
+    specific, hub = make_entity(workspace, "Specific"), make_entity(workspace, "Hub")
+    for entity, chunks in ((specific, [seed, *others[:3]]), (hub, [seed, *others])):
+        EntitySource.objects.bulk_create(EntitySource(entity=entity, chunk=c, name=entity.name) for c in chunks)
+    vector = random_vector(rng)
+
+    def led_on(**bound):
+        edges = walk_edges(workspace=workspace, chunk_ids=[seed.pk], entity_ids=[], vector=vector, fanout=30, **bound)
+        return {entity for entity, chunk in edges.mentions if chunk != seed.pk}
+
+    assert led_on() == {specific.pk, hub.pk}
+    # The specific entity's 4 mentions fit in 5; with the hub's 13 they would not.
+    assert led_on(measured=5) == {specific.pk}
+    assert led_on(measured=3) == set()
 
 
 def test_two_entities_of_one_sentence_are_not_duplicates(workspace, settings):
