@@ -534,7 +534,7 @@ def relations_among_entities(
 # lead to: the second hop of a mode without a chunk search, decision 0161) and the seed
 # entities, their synonyms, and for each of those entities the `fanout` passages that
 # mention it nearest to the question (of the first MENTIONS_READ of its mentions, so a hub mentioned
-# by thousands of passages costs a bounded number of distances, and at most PASSAGES_MEASURED
+# by thousands of passages costs a bounded number of distances, and at most MENTIONS_MEASURED
 # mentions in all, so a walk costs the same in any graph). Only what is served is walked:
 # published entities, passages of processed documents with their vector; and only what the
 # question's scope may read (scope.py): entities an in-scope passage supports, in-scope passages.
@@ -590,7 +590,7 @@ WITH unpublished AS MATERIALIZED (
     ) e
 ), measured AS MATERIALIZED (
     -- The walked entities whose passages are measured against the question, the most specific
-    -- first, as many as PASSAGES_MEASURED allows: counting an entity's first mentions reads only
+    -- first, as many as MENTIONS_MEASURED allows: counting an entity's first mentions reads only
     -- the index, measuring them reads each passage's vector.
     SELECT id FROM (
         SELECT w.id, sum(r.reads) OVER (ORDER BY r.reads, w.id) AS running
@@ -625,7 +625,7 @@ MENTIONS_READ = 64
 # reached it (1.6x the edges at 10M tokens as at 1M); under this one it does not. The entities
 # left out are those with the most mentions, whose passages a bridge lifts least (walk.py divides
 # a bridge by the passages its entity leads to). On HotpotQA it changes nothing (decision 0174).
-PASSAGES_MEASURED = 4096
+MENTIONS_MEASURED = 4096
 
 
 @dataclass
@@ -647,7 +647,7 @@ def walk_edges(
     fanout: int,
     lead: int = 0,
     scope: Scope | None = None,
-    measured: int = PASSAGES_MEASURED,
+    measured: int = MENTIONS_MEASURED,
 ) -> WalkEdges:
     """The edges around the seed passages and entities that a walk spreads over, in one query;
     only entities and passages of documents in `scope`. With `lead`, the `lead` passages nearest to

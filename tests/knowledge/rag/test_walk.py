@@ -135,7 +135,7 @@ def test_the_walk_reads_passages_by_key_never_every_served_one(bridge, lead):
     assert "CTE served" not in plan
 
 
-def test_a_walk_measures_a_bounded_number_of_passages_the_most_specific_entities_first(workspace):
+def test_a_walk_measures_a_bounded_number_of_mentions_the_most_specific_entities_first(workspace):
     rng = np.random.default_rng(7)
     document = make_document(workspace)
     seed, *others = (make_chunk(document, order=i, embedding=random_vector(rng)) for i in range(13))
