@@ -13,11 +13,13 @@ Redis is not tried again for a while, as the rate limits fail open.
 Nothing here imports the models or the pipeline, so every layer can record.
 """
 
+import contextlib
+import contextvars
 import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -105,6 +107,8 @@ METRICS = (
 
 _client: redis.Redis | None = None
 _resting_until = 0.0
+# The writes held by the innermost `one_write` block of this context (None: write at once).
+_held: contextvars.ContextVar[list[Callable] | None] = contextvars.ContextVar("metrics_held", default=None)
 
 
 def _redis() -> redis.Redis:
@@ -122,8 +126,28 @@ def _field(metric: Metric, labels: dict[str, object]) -> str:
     return json.dumps([str(labels[name]) for name in metric.labels])
 
 
+@contextlib.contextmanager
+def one_write() -> Iterator[None]:
+    """Hold the observations made in the block, in this context and the asyncio tasks it starts,
+    and send them to Redis in one round trip at its end. A batch of model calls otherwise waits on
+    three round trips per call, on the event loop that the other calls' answers arrive on (5% of a
+    worker's samples at the anchor's 200k tokens, decision 0175)."""
+    held: list[Callable] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        if held:
+            _write(lambda pipe: [fill(pipe) for fill in held])
+
+
 def _write(fill) -> None:
     global _resting_until
+    held = _held.get()
+    if held is not None:
+        held.append(fill)
+        return
     if time.monotonic() < _resting_until:
         return
     pipe = _redis().pipeline(transaction=False)

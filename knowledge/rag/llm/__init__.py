@@ -561,7 +561,8 @@ def complete_many(
             except LLMError as exc:
                 return exc
 
-        return await asyncio.gather(*(one(index) for index in missing))
+        with metrics.one_write():
+            return await asyncio.gather(*(one(index) for index in missing))
 
     # The endpoint is read here, once: inside the loop each call's task would read the settings'
     # version from Redis on a connection of its own (11% of a worker's time at 10M tokens).
@@ -717,28 +718,29 @@ async def _embed_remote(
         return await _with_retries(call, endpoint, f"embed_{purpose}")
 
     batches = [[_embed_input(text) for text in texts[i : i + batch_size]] for i in range(0, len(texts), batch_size)]
-    responses = await asyncio.gather(*(one(batch) for batch in batches))
-    vectors: list[list[float]] = []
-    used = Usage()
-    for batch, response in zip(batches, responses, strict=True):
-        rows = sorted(response.data, key=lambda row: row.index)
-        if len(rows) != len(batch):
-            raise LLMError(
-                f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts.",
-                public=endpoint.public(),
-            )
-        for row in rows:
-            if dimensions is not None and len(row.embedding) != dimensions:
+    with metrics.one_write():
+        responses = await asyncio.gather(*(one(batch) for batch in batches))
+        vectors: list[list[float]] = []
+        used = Usage()
+        for batch, response in zip(batches, responses, strict=True):
+            rows = sorted(response.data, key=lambda row: row.index)
+            if len(rows) != len(batch):
                 raise LLMError(
-                    f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
-                    f"EMBEDDING_DIM is {dimensions}. Set EMBEDDING_DIM={len(row.embedding)} and run "
-                    "`manage.py reembed`, or pick the model again on the Models page.",
+                    f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts.",
                     public=endpoint.public(),
                 )
-            vectors.append(list(row.embedding))
-        prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)
-        used.add(Usage(prompt_tokens=prompt or 0, calls=1))
-    _count_usage(f"embed_{purpose}", used)
+            for row in rows:
+                if dimensions is not None and len(row.embedding) != dimensions:
+                    raise LLMError(
+                        f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
+                        f"EMBEDDING_DIM is {dimensions}. Set EMBEDDING_DIM={len(row.embedding)} and run "
+                        "`manage.py reembed`, or pick the model again on the Models page.",
+                        public=endpoint.public(),
+                    )
+                vectors.append(list(row.embedding))
+            prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)
+            used.add(Usage(prompt_tokens=prompt or 0, calls=1))
+        _count_usage(f"embed_{purpose}", used)
     return vectors, used
 
 

@@ -8,6 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from knowledge import metrics
 from knowledge.models import LLMCacheEntry
 from knowledge.rag import llm
 from tests.openai_double import EMBEDDINGS_PATH, deterministic_vector
@@ -121,6 +122,43 @@ def test_a_batch_reads_the_model_settings_once_not_once_per_call(openai_double, 
     assert llm.complete_many(conversations, kind="test", cache=False) == ["ok"] * 8
     assert len(openai_double.chat_requests()) == 8
     assert len(reads) == 3  # the cache keys' model name, then whether a model is set and which: not per call
+
+
+def _metric(metric, **labels) -> float:
+    return next(
+        (
+            sample.value
+            for found, samples in metrics.read()
+            if found is metric
+            for sample in samples
+            if sample.labels == labels
+        ),
+        0.0,
+    )
+
+
+def test_a_batch_of_model_calls_sends_its_metrics_in_one_round_trip(openai_double, monkeypatch):
+    # Three writes per call on the event loop made every call's answer wait behind the others'.
+    openai_double.reply("ok")
+    before = {
+        "calls": _metric(metrics.MODEL_CALLS, purpose="test", model="llm"),
+        "completion": _metric(metrics.MODEL_TOKENS, purpose="test", direction="completion"),
+        "embeds": _metric(metrics.MODEL_CALLS, purpose="embed_passage", model="embedding"),
+    }
+    sent = []
+    pipeline = metrics._redis().pipeline
+    monkeypatch.setattr(metrics._redis(), "pipeline", lambda **kw: sent.append(1) or pipeline(**kw))
+    conversations = [[{"role": "user", "content": f"question {n}"}] for n in range(8)]
+
+    assert llm.complete_many(conversations, kind="test", cache=False) == ["ok"] * 8
+    assert len(sent) == 1
+    llm.embed([f"passage {n}" for n in range(5)], purpose="passage")
+    assert len(sent) == 2
+
+    monkeypatch.undo()
+    assert _metric(metrics.MODEL_CALLS, purpose="test", model="llm") - before["calls"] == 8
+    assert _metric(metrics.MODEL_TOKENS, purpose="test", direction="completion") - before["completion"] == 8
+    assert _metric(metrics.MODEL_CALLS, purpose="embed_passage", model="embedding") - before["embeds"] >= 1
 
 
 @pytest.mark.django_db(transaction=True)
