@@ -137,9 +137,10 @@ def _metric(metric, **labels) -> float:
     )
 
 
-def test_a_batch_of_model_calls_sends_its_metrics_in_one_round_trip(openai_double, monkeypatch):
+def test_a_batch_of_model_calls_sends_its_metrics_in_one_round_trip(openai_double, monkeypatch, settings):
     # Three writes per call on the event loop made every call's answer wait behind the others'.
     openai_double.reply("ok")
+    settings.EMBEDDING_BATCH_SIZE = 2
     before = {
         "calls": _metric(metrics.MODEL_CALLS, purpose="test", model="llm"),
         "completion": _metric(metrics.MODEL_TOKENS, purpose="test", direction="completion"),
@@ -153,12 +154,13 @@ def test_a_batch_of_model_calls_sends_its_metrics_in_one_round_trip(openai_doubl
     assert llm.complete_many(conversations, kind="test", cache=False) == ["ok"] * 8
     assert len(sent) == 1
     llm.embed([f"passage {n}" for n in range(5)], purpose="passage")
+    assert len(openai_double.embedding_requests()) == 3
     assert len(sent) == 2
 
     monkeypatch.undo()
     assert _metric(metrics.MODEL_CALLS, purpose="test", model="llm") - before["calls"] == 8
     assert _metric(metrics.MODEL_TOKENS, purpose="test", direction="completion") - before["completion"] == 8
-    assert _metric(metrics.MODEL_CALLS, purpose="embed_passage", model="embedding") - before["embeds"] >= 1
+    assert _metric(metrics.MODEL_CALLS, purpose="embed_passage", model="embedding") - before["embeds"] == 3
 
 
 @pytest.mark.django_db(transaction=True)
