@@ -391,8 +391,9 @@ def _retry_delay(attempt: int, exc: Exception) -> float:
 
 
 def _count_usage(purpose: str, used: "Usage") -> None:
-    metrics.count(metrics.MODEL_TOKENS, used.prompt_tokens, purpose=purpose, direction="prompt")
-    metrics.count(metrics.MODEL_TOKENS, used.completion_tokens, purpose=purpose, direction="completion")
+    with metrics.one_write():
+        metrics.count(metrics.MODEL_TOKENS, used.prompt_tokens, purpose=purpose, direction="prompt")
+        metrics.count(metrics.MODEL_TOKENS, used.completion_tokens, purpose=purpose, direction="completion")
 
 
 def _count_error(purpose: str, exc: Exception) -> None:
@@ -720,27 +721,27 @@ async def _embed_remote(
     batches = [[_embed_input(text) for text in texts[i : i + batch_size]] for i in range(0, len(texts), batch_size)]
     with metrics.one_write():
         responses = await asyncio.gather(*(one(batch) for batch in batches))
-        vectors: list[list[float]] = []
-        used = Usage()
-        for batch, response in zip(batches, responses, strict=True):
-            rows = sorted(response.data, key=lambda row: row.index)
-            if len(rows) != len(batch):
+    vectors: list[list[float]] = []
+    used = Usage()
+    for batch, response in zip(batches, responses, strict=True):
+        rows = sorted(response.data, key=lambda row: row.index)
+        if len(rows) != len(batch):
+            raise LLMError(
+                f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts.",
+                public=endpoint.public(),
+            )
+        for row in rows:
+            if dimensions is not None and len(row.embedding) != dimensions:
                 raise LLMError(
-                    f"The embedding model at {endpoint.where} returned {len(rows)} vectors for {len(batch)} texts.",
+                    f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
+                    f"EMBEDDING_DIM is {dimensions}. Set EMBEDDING_DIM={len(row.embedding)} and run "
+                    "`manage.py reembed`, or pick the model again on the Models page.",
                     public=endpoint.public(),
                 )
-            for row in rows:
-                if dimensions is not None and len(row.embedding) != dimensions:
-                    raise LLMError(
-                        f"The embedding model {endpoint.model!r} returns {len(row.embedding)}-dimensional vectors but "
-                        f"EMBEDDING_DIM is {dimensions}. Set EMBEDDING_DIM={len(row.embedding)} and run "
-                        "`manage.py reembed`, or pick the model again on the Models page.",
-                        public=endpoint.public(),
-                    )
-                vectors.append(list(row.embedding))
-            prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)
-            used.add(Usage(prompt_tokens=prompt or 0, calls=1))
-        _count_usage(f"embed_{purpose}", used)
+            vectors.append(list(row.embedding))
+        prompt = response.usage.prompt_tokens if response.usage else sum(count_tokens(text) for text in batch)
+        used.add(Usage(prompt_tokens=prompt or 0, calls=1))
+    _count_usage(f"embed_{purpose}", used)
     return vectors, used
 
 

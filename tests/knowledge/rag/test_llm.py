@@ -155,7 +155,7 @@ def test_a_batch_of_model_calls_sends_its_metrics_in_one_round_trip(openai_doubl
     assert len(sent) == 1
     llm.embed([f"passage {n}" for n in range(5)], purpose="passage")
     assert len(openai_double.embedding_requests()) == 3
-    assert len(sent) == 2
+    assert len(sent) == 3  # the requests' counts, then the tokens of all three
 
     monkeypatch.undo()
     assert _metric(metrics.MODEL_CALLS, purpose="test", model="llm") - before["calls"] == 8
