@@ -139,7 +139,12 @@ def one_write() -> Iterator[None]:
     finally:
         _held.reset(token)
         if held:
-            _write(lambda pipe: [fill(pipe) for fill in held])
+
+            def fill_all(pipe):
+                for fill in held:
+                    fill(pipe)
+
+            _write(fill_all)
 
 
 def _write(fill) -> None:
