@@ -13,7 +13,7 @@ What it does (one corpus size per invocation):
 
 * corpus: ``synth.generate_corpus(N, seed=42)``: byte-identical documents to the anchor's;
   each becomes a project Document through ``ingestion.document_create`` (upload path,
-  ``<doc_id>.txt``), then ``ingestion.document_ingest`` runs in 1 or 2 forked worker processes
+  ``<doc_id>.txt``), then ``ingestion.documents_ingest`` runs in 1 or 2 forked worker processes
   that take document ids from one queue (exactly what benchmarks/ingest.py's workers do, and
   what Celery's prefork pool with the Procfile's --concurrency 2 does).
 * the model: the project's OpenAI-protocol double (tests/openai_double.py) in a process of its
@@ -288,16 +288,17 @@ def postgres_settings() -> dict:
 def _worker(queue, results) -> None:
     from django.db import connections
 
+    from benchmarks.ingest import worker_batches
     from knowledge.services import ingestion
 
     cpu0 = time.process_time()
     n = 0
-    while (document_id := queue.get()) is not None:
-        document = ingestion.document_ingest(document_id=document_id)
-        if document is None or document.status != "processed":
-            results.put(("failed", document_id, document and document.error))
-            return
-        n += 1
+    for batch in worker_batches(queue):
+        for document_id, document in zip(batch, ingestion.documents_ingest(document_ids=batch), strict=True):
+            if document is None or document.status != "processed":
+                results.put(("failed", document_id, document and document.error))
+                return
+            n += 1
     connections.close_all()
     results.put(("done", time.process_time() - cpu0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, n))
 

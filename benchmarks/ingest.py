@@ -6,7 +6,7 @@
 A synthetic corpus whose entity frequencies follow a power law (the most frequent entities
 appear in hundreds of chunks) is ingested by worker processes taking documents from one queue,
 as Celery's prefork pool does (2 by default, the Procfile's --concurrency), each running
-document_ingest exactly as a worker would: chunk, embed, extract with gleaning, merge,
+documents_ingest exactly as a worker would: chunk, embed, extract with gleaning, merge,
 summarize, re-embed. The OpenAI double runs in a process of its own and answers chat
 (extraction, gleaning, summaries) at once, and embeddings from the words of the text, so
 related texts get nearby vectors as under a real model.
@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 
@@ -153,15 +154,41 @@ def process_cpu(pid: int) -> float:
 
 
 def ingest_all(document_ids, total: int) -> float:
-    """Ingest the documents one by one as a worker does; returns this process's peak memory in MB."""
+    """Ingest the documents as a worker does, a turn's group at a time; returns this process's
+    peak memory in MB."""
+    from django.conf import settings
+
     from knowledge.services import ingestion
 
-    for count, document_id in enumerate(document_ids, 1):
-        done = ingestion.document_ingest(document_id=document_id)
-        if done is None or done.status != "processed":
-            raise SystemExit(f"document {document_id} did not finish: {done and done.error}")
-        print(f"\r{count}/{total} documents", end="", file=sys.stderr, flush=True)
+    done = 0
+    for start in range(0, len(document_ids), settings.INGEST_GROUP_DOCUMENTS):
+        batch = document_ids[start : start + settings.INGEST_GROUP_DOCUMENTS]
+        for document_id, document in zip(batch, ingestion.documents_ingest(document_ids=batch), strict=True):
+            if document is None or document.status != "processed":
+                raise SystemExit(f"document {document_id} did not finish: {document and document.error}")
+        done += len(batch)
+        print(f"\r{done}/{total} documents", end="", file=sys.stderr, flush=True)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_batches(queue):
+    """Document ids from a worker's queue until None: the first it waits for, then up to
+    INGEST_GROUP_DOCUMENTS of those already waiting, as a worker's turn claims new documents of
+    one workspace together (knowledge.services.ingestion.runs)."""
+    from django.conf import settings
+
+    while (first := queue.get()) is not None:
+        batch = [first]
+        while len(batch) < settings.INGEST_GROUP_DOCUMENTS:
+            try:
+                more = queue.get(timeout=0.05)
+            except Empty:
+                break
+            if more is None:
+                queue.put(None)  # the stop is for the next call
+                break
+            batch.append(more)
+        yield batch
 
 
 def _worker(queue, results) -> None:
@@ -170,11 +197,11 @@ def _worker(queue, results) -> None:
     from knowledge.services import ingestion
 
     cpu_start = time.process_time()
-    while (document_id := queue.get()) is not None:
-        document = ingestion.document_ingest(document_id=document_id)
-        if document is None or document.status != "processed":
-            results.put(("failed", document_id, document and document.error))
-            return
+    for batch in worker_batches(queue):
+        for document_id, document in zip(batch, ingestion.documents_ingest(document_ids=batch), strict=True):
+            if document is None or document.status != "processed":
+                results.put(("failed", document_id, document and document.error))
+                return
     connections.close_all()
     results.put(("done", time.process_time() - cpu_start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 

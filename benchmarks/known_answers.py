@@ -102,12 +102,14 @@ def ingest_worker(queue, done) -> None:
     """A forked ingestion process: documents from `queue` until None, each id to `done` when ingested."""
     from django import db
 
+    from benchmarks.ingest import worker_batches
     from knowledge.services import ingestion
 
     db.connections.close_all()  # the parent's connection must not be shared across the fork
-    while (document_id := queue.get()) is not None:
-        ingestion.document_ingest(document_id=document_id)
-        done.put(document_id)
+    for batch in worker_batches(queue):
+        ingestion.documents_ingest(document_ids=batch)
+        for document_id in batch:
+            done.put(document_id)
 
 
 def ingest(workspace, docs: Path, workers: int) -> dict[int, str]:

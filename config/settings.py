@@ -147,6 +147,9 @@ INGEST_SWEEP_SECONDS = env_int("INGEST_SWEEP_SECONDS", 30, minimum=1)
 INGEST_WORKERS = env_int("INGEST_WORKERS", 2, minimum=1)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 6, minimum=1)
 INGEST_RETRY_BACKOFF = env_float("INGEST_RETRY_BACKOFF", 60.0)
+# New small documents of one workspace a turn takes together: one embedding call, one extraction
+# batch, one build and one publication for all of them (decision 0176); 1 runs each alone.
+INGEST_GROUP_DOCUMENTS = env_int("INGEST_GROUP_DOCUMENTS", 4, minimum=1)
 # Sources (knowledge.services.sources): folders under these roots (and local git repositories)
 # may be synced; none by default. The beat looks for due sources every SOURCES_CHECK_SECONDS.
 SOURCES_ROOTS = env_list("SOURCES_ROOTS", [])

@@ -105,7 +105,7 @@ def test_a_new_rows_copy_is_written_when_staged_served_once_published(workspace,
     assert relations_nearest(workspace=workspace, vector=relation_vector, k=5) == []
 
     written = _copy_writes()
-    publish_vectors(document_id=document.pk)
+    publish_vectors(document_id=document.pk, entity_ids=[bob.pk], relation_ids=[relation.pk])
     assert _copy_writes() == written  # the copies were in place
     assert bob.pk in [e.pk for e in entities_nearest(workspace=workspace, vector=bob_vector, k=5)]
     assert [r.pk for r in relations_nearest(workspace=workspace, vector=relation_vector, k=5)] == [relation.pk]
@@ -120,6 +120,6 @@ def test_a_row_published_with_another_vector_than_its_staged_copy_gets_that_vect
     copy_staged_vectors(document_id=first.pk, entity_ids=[bob.pk], relation_ids=[])
     # Another document in flight, which read the name differently, publishes first.
     stage_vectors(document_id=second.pk, kind=PendingVector.Kind.ENTITY, rows=[(bob.pk, "h2", published)])
-    publish_vectors(document_id=second.pk)
+    publish_vectors(document_id=second.pk, entity_ids=[bob.pk], relation_ids=[])
 
     assert _copies("entity")[bob.pk] == pytest.approx(published, abs=1e-3)

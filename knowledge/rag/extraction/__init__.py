@@ -6,7 +6,7 @@ deterministic spaCy extractor (rules.py). Records are stored per chunk (ChunkExt
 re-run costs nothing.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from knowledge.models import Chunk, ChunkExtraction, Workspace
 from knowledge.rag import llm
@@ -21,6 +21,8 @@ class ExtractionOutcome:
     errors: list[llm.LLMError]
     usage: llm.Usage
     skipped_lines: int
+    # What each chunk's call cost: a run of several documents counts each one's own.
+    usage_by_chunk: dict[int, llm.Usage] = field(default_factory=dict)
 
 
 def engine_name() -> str:
@@ -51,6 +53,7 @@ def extract_chunks(*, chunks: list[Chunk], workspace: Workspace) -> ExtractionOu
         parsed, used = result
         outcome.records[chunk.pk] = parsed.records()
         outcome.usage.add(used)
+        outcome.usage_by_chunk[chunk.pk] = used
         outcome.skipped_lines += parsed.skipped
         rows.append(
             ChunkExtraction(

@@ -33,6 +33,10 @@ _known: contextvars.ContextVar[tuple[int, int, int | None] | None] = contextvars
     "document_known", default=None
 )
 
+# The documents of a group run (knowledge.services.ingestion.runs) built and published together:
+# each one's build sees the sources of all of them, as their one publication will.
+_together: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("built_together", default=frozenset())
+
 
 @contextlib.contextmanager
 def document_known(document_id: int, workspace_id: int, replaces_id: int | None) -> Iterator[None]:
@@ -52,6 +56,32 @@ def _document(document_id: int) -> dict | None:
     if known is not None and known[0] == document_id:
         return {"workspace_id": known[1], "replaces_id": known[2]}
     return Document.objects.filter(pk=document_id).values("workspace_id", "replaces_id").first()
+
+
+@contextlib.contextmanager
+def built_together(document_ids: list[int]) -> Iterator[None]:
+    """Inside the block, a build of any of these documents sees the sources of all of them, and
+    what it stages says so (`together_marker`)."""
+    token = _together.set(frozenset(document_ids) if len(document_ids) > 1 else frozenset())
+    try:
+        yield
+    finally:
+        _together.reset(token)
+
+
+def _building(document_id: int) -> frozenset[int]:
+    """The in-flight documents whose sources a build of this document sees."""
+    together = _together.get()
+    return together if document_id in together else frozenset((document_id,))
+
+
+def together_marker() -> list:
+    """What a staged row adds to its fingerprint when it was built with other documents' sources:
+    their ids. Only the same group's publication finds it unchanged; a member published alone
+    (its group run died) builds such a row again. A folded row's fingerprint would not tell,
+    since it counts published sources only."""
+    together = _together.get()
+    return ["together", *sorted(together)] if together else []
 
 
 _EPOCH_SQL = "SELECT coalesce(max(id), 0) FROM knowledge_provenance_epoch WHERE workspace_id = %s"
@@ -98,7 +128,8 @@ def _visible(sources: list[tuple], document_id: int | None) -> list[tuple]:
     """The sources a row's values may come from: those of published documents, and of the document
     being built. A row only in-flight documents support (it is unpublished, or every published
     document behind it was deleted) is computed from all of them: nothing else describes it."""
-    seen = [row for row in sources if row[-2] == Document.Status.PROCESSED or row[-1] == document_id]
+    building = _building(document_id) if document_id is not None else frozenset()
+    seen = [row for row in sources if row[-2] == Document.Status.PROCESSED or row[-1] in building]
     return seen or sources
 
 
@@ -144,7 +175,9 @@ def unfolded_rows(
         # A second branch, not an OR in one WHERE: the OR let no index serve either side, and
         # Postgres read every source of every hub to test it (91 ms against 9 for eight hubs of
         # the 10M-token graph, benchmarks/results/2026-11-29-scale-10m-folded.md).
-        newer = newer.union(sources.filter(chunk__document_id=document_id).values_list(*selected), all=True)
+        newer = newer.union(
+            sources.filter(chunk__document_id__in=_building(document_id)).values_list(*selected), all=True
+        )
     found: dict[int, dict[int, tuple]] = {}
     for row in newer.order_by("id"):
         found.setdefault(row[0], {})[row[1]] = row[1:]  # by id: a source in both branches once
@@ -182,7 +215,7 @@ def fingerprints(model, field: str, ids: list[int], document_id: int | None = No
         return result
     visible = Q(chunk__document__status=Document.Status.PROCESSED)
     if document_id is not None:
-        visible |= Q(chunk__document_id=document_id)
+        visible |= Q(chunk__document_id__in=_building(document_id))
     found = (
         _sources(model, field, rest, document_id)
         .order_by()

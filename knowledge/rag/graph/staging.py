@@ -11,7 +11,7 @@ from django.db import connection
 
 from knowledge.models import Entity, EntitySource, PendingRow, PendingVector, Relation, RelationSource
 from knowledge.rag.graph.locks import lock_entity_keys, lock_relations
-from knowledge.rag.graph.provenance import fingerprints
+from knowledge.rag.graph.provenance import fingerprints, together_marker
 from knowledge.rag.graph.vectors import stage_vectors, update_rows
 
 _KIND = {Entity: PendingVector.Kind.ENTITY, Relation: PendingVector.Kind.RELATION}
@@ -24,9 +24,10 @@ def stage_rows(*, document_id: int, model, rows: dict[int, tuple[dict, tuple]], 
     if not rows:
         return
     kind = _KIND[model]
+    marker = together_marker()
     PendingRow.objects.bulk_create(
         [
-            PendingRow(document_id=document_id, kind=kind, row_id=pk, values=values, sources=list(fingerprint))
+            PendingRow(document_id=document_id, kind=kind, row_id=pk, values=values, sources=[*fingerprint, *marker])
             for pk, (values, fingerprint) in rows.items()
         ],
         update_conflicts=True,
@@ -43,8 +44,8 @@ def stage_rows(*, document_id: int, model, rows: dict[int, tuple[dict, tuple]], 
 def unstaged(*, document_id: int, entity_ids: list[int], relation_ids: list[int]) -> tuple[list[int], list[int]]:
     """The rows among these whose staged values are missing (a curation merge renumbered them) or
     were computed from provenance that has changed since (another document published, one was
-    deleted, a merge moved sources)."""
-    result = []
+    deleted, a merge moved sources), or by another group of documents built together."""
+    result, marker = [], together_marker()
     for model, ids in ((Entity, entity_ids), (Relation, relation_ids)):
         staged = dict(
             PendingRow.objects.filter(document_id=document_id, kind=_KIND[model], row_id__in=ids).values_list(
@@ -53,7 +54,7 @@ def unstaged(*, document_id: int, entity_ids: list[int], relation_ids: list[int]
         )
         source_model, field = _SOURCES[model]
         current = fingerprints(source_model, field, ids, document_id)
-        result.append(sorted(pk for pk in ids if pk in current and list(current[pk]) != staged.get(pk)))
+        result.append(sorted(pk for pk in ids if pk in current and [*current[pk], *marker] != staged.get(pk)))
     return result[0], result[1]
 
 
@@ -71,9 +72,15 @@ def lock_staged(*, workspace_id: int, entity_ids: list[int], relation_ids: list[
             )
 
 
-def apply_staged(*, document_id: int) -> None:
-    """Write the document's staged values onto their rows (its vectors move with publish_vectors)."""
-    for model, kind in _KIND.items():
-        values = dict(PendingRow.objects.filter(document_id=document_id, kind=kind).values_list("row_id", "values"))
+def apply_staged(*, document_id: int, entity_ids: list[int], relation_ids: list[int]) -> None:
+    """Write the document's staged values for these rows onto them (its vectors move with
+    publish_vectors). Others it staged are dropped: a group run that died may have left values
+    for rows only another of its documents touched."""
+    for (model, kind), ids in zip(_KIND.items(), (entity_ids, relation_ids), strict=True):
+        values = dict(
+            PendingRow.objects.filter(document_id=document_id, kind=kind, row_id__in=ids).values_list(
+                "row_id", "values"
+            )
+        )
         update_rows(model, values)
     PendingRow.objects.filter(document_id=document_id).delete()

@@ -180,31 +180,45 @@ class Published:
     counts: dict[str, int] = field(default_factory=dict)
     entity_ids: list[int] = field(default_factory=list)
 
+    def add(self, other: "Published") -> None:
+        for kind, count in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + count
+        self.entity_ids += other.entity_ids
 
-def publish_vectors(*, document_id: int) -> Published:
-    """Move the document's staged vectors onto their rows, publishing entities and relations that
-    were not yet. Call it inside the publishing transaction."""
+
+def publish_vectors(*, document_id: int, entity_ids: list[int], relation_ids: list[int]) -> Published:
+    """Move the document's staged vectors onto its chunks and these rows, publishing entities and
+    relations that were not yet; vectors it staged for other rows are dropped (a group run that
+    died may have left some for rows only another of its documents touched). Call it inside the
+    publishing transaction."""
     published = Published()
+    rows = {"entity": sorted(entity_ids), "relation": sorted(relation_ids)}
     with connection.cursor() as cursor:
         # Rows are locked in id order, as the rebuild's writes lock them, so publishers and
         # rebuilds of overlapping rows wait for each other instead of deadlocking.
-        for table in ("entity", "relation"):
+        for table, ids in rows.items():
             cursor.execute(
                 f"SELECT t.id FROM knowledge_{table} t JOIN knowledge_pendingvector p "  # noqa: S608 - fixed names
-                "ON p.row_id = t.id AND p.kind = %s AND p.document_id = %s ORDER BY t.id FOR NO KEY UPDATE OF t",
-                [table, document_id],
+                "ON p.row_id = t.id AND p.kind = %s AND p.document_id = %s WHERE t.id = ANY(%s) "
+                "ORDER BY t.id FOR NO KEY UPDATE OF t",
+                [table, document_id, ids],
             )
         cursor.execute(
             _PUBLISH_SQL.format(table="chunk", extra="", condition="t.embedding IS NULL"), [document_id, "chunk"]
         )
         published.counts["chunk"] = cursor.rowcount
-        for table in ("entity", "relation"):
+        for table, ids in rows.items():
             # Served rows whose vector the document changed (knowledge.rag.graph.staging), then its new rows.
-            cursor.execute(_PUBLISH_SQL.format(table=table, extra="", condition="t.published"), [document_id, table])
+            cursor.execute(
+                _PUBLISH_SQL.format(table=table, extra="", condition="t.published AND t.id = ANY(%s)"),
+                [document_id, table, ids],
+            )
             changed = [row[0] for row in cursor.fetchall()]
             cursor.execute(
-                _PUBLISH_SQL.format(table=table, extra=", published = true", condition="NOT t.published"),
-                [document_id, table],
+                _PUBLISH_SQL.format(
+                    table=table, extra=", published = true", condition="NOT t.published AND t.id = ANY(%s)"
+                ),
+                [document_id, table, ids],
             )
             new = [row[0] for row in cursor.fetchall()]
             published.counts[table] = len(new)

@@ -6,12 +6,13 @@ every step also checks the lease in its own transaction, so a run that lost it (
 past the expiry and someone took over) writes nothing more.
 """
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
 import psutil
@@ -82,29 +83,65 @@ WITH picked AS (
     SELECT id, lease_expires_at IS NOT NULL AS taken_over FROM knowledge_document
     WHERE status IN ('pending', 'processing') AND stage <> 'done' AND next_attempt_at <= %(now)s
       AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s) AND (%(id)s::bigint IS NULL OR id = %(id)s)
+      AND (%(workspace)s::bigint IS NULL OR (workspace_id = %(workspace)s AND {groupable}))
     ORDER BY next_attempt_at, id
-    LIMIT 1
+    LIMIT %(limit)s
     -- Two workers claiming at once take different documents instead of waiting for each other.
     FOR UPDATE SKIP LOCKED
 )
 UPDATE knowledge_document AS document
 SET status = 'processing', lease_owner = %(owner)s, lease_expires_at = %(expiry)s
 FROM picked WHERE document.id = picked.id
-RETURNING document.id, picked.taken_over
+RETURNING document.id, picked.taken_over, document.workspace_id, {groupable}
 """
+# Who may run with others (decision 0176): a new document, not a version (its build leaves out
+# the version it retires, which the others' would not); one whose runs have not failed (its
+# failures stay its own); one that fits in an embedding step (0 tokens: not parsed yet).
+_GROUPABLE = "replaces_id IS NULL AND attempts = 0 AND token_count <= %(tokens)s"
+GROUP_DOCUMENT_TOKENS = steps.EMBED_STEP_TOKENS
+
+
+def _claim_rows(
+    owner: str, *, document_id: int | None = None, workspace_id: int | None = None, limit: int = 1
+) -> list[tuple[int, int, bool]]:
+    """Lease the given document, or up to `limit` claimable ones whose turn came first (with
+    `workspace_id`, only those of it that may run together); (id, workspace id, may run
+    together) of each."""
+    params = {
+        "owner": owner,
+        "expiry": lease_expiry(),
+        "now": timezone.now(),
+        "id": document_id,
+        "workspace": workspace_id,
+        "tokens": GROUP_DOCUMENT_TOKENS,
+        "limit": limit,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL.format(groupable=_GROUPABLE), params)
+        rows = cursor.fetchall()
+    taken_over = sum(1 for row in rows if row[1])
+    if taken_over:
+        metrics.count(metrics.SWEEPER_TAKEOVERS, taken_over, how="lease_expired")
+    return [(pk, workspace, groupable) for pk, _, workspace, groupable in rows]
 
 
 def _claim(owner: str, document_id: int | None = None) -> int | None:
     """Lease the given document, or the claimable one whose turn came first; its id or None."""
-    params = {"owner": owner, "expiry": lease_expiry(), "now": timezone.now(), "id": document_id}
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    if row[1]:
-        metrics.count(metrics.SWEEPER_TAKEOVERS, how="lease_expired")
-    return row[0]
+    rows = _claim_rows(owner, document_id=document_id)
+    return rows[0][0] if rows else None
+
+
+def _claim_group(owner: str) -> list[int]:
+    """Lease the claimable document whose turn came first and, when it may run with others, the
+    next ones of its workspace that may, up to INGEST_GROUP_DOCUMENTS; their ids, first first."""
+    rows = _claim_rows(owner)
+    if not rows:
+        return []
+    document_id, workspace_id, groupable = rows[0]
+    if not groupable or settings.INGEST_GROUP_DOCUMENTS < 2:
+        return [document_id]
+    more = _claim_rows(owner, workspace_id=workspace_id, limit=settings.INGEST_GROUP_DOCUMENTS - 1)
+    return [document_id, *(pk for pk, _, _ in more)]
 
 
 def _release(document_id: int, owner: str, *, delay: float = 0.0, **fields) -> None:
@@ -118,32 +155,32 @@ def _release(document_id: int, owner: str, *, delay: float = 0.0, **fields) -> N
 
 
 class _Heartbeat(threading.Thread):
-    """Extends the lease every third of its length until stopped; notes when the lease is lost."""
+    """Extends the leases of a run's documents every third of their length until stopped; notes
+    when one of them is lost, and goes on extending the others."""
 
-    def __init__(self, document_id: int, owner: str):
-        super().__init__(name=f"lease-{document_id}", daemon=True)
-        self.document_id, self.owner = document_id, owner
+    def __init__(self, document_ids: list[int], owner: str):
+        super().__init__(name=f"lease-{document_ids[0]}", daemon=True)
+        self.document_ids, self.owner = set(document_ids), owner
         self.lost = False
         self._stop_event = threading.Event()
 
     def run(self):
         interval = settings.INGEST_LEASE_SECONDS / 3
         try:
-            while not self._stop_event.wait(interval):
+            while self.document_ids and not self._stop_event.wait(interval):
+                held = Document.objects.filter(pk__in=self.document_ids, lease_owner=self.owner)
                 try:
-                    extended = Document.objects.filter(pk=self.document_id, lease_owner=self.owner).update(
-                        lease_expires_at=lease_expiry()
-                    )
+                    extended = held.update(lease_expires_at=lease_expiry())
+                    if extended < len(self.document_ids):
+                        # Another run holds one now, or, unseen from this connection, it was
+                        # deleted, which the run finds out by itself.
+                        missing = self.document_ids - set(held.values_list("pk", flat=True))
+                        self.lost = self.lost or Document.objects.filter(pk__in=missing).exists()
+                        self.document_ids -= missing
                 except DatabaseError:
                     # The database is away: the run's own next step will find out; try again later.
-                    logger.warning("could not extend the lease of document %s", self.document_id, exc_info=True)
+                    logger.warning("could not extend the leases of documents %s", self.document_ids, exc_info=True)
                     close_old_connections()
-                    continue
-                if not extended:
-                    # Another run holds it now; or, unseen from this connection, it was deleted,
-                    # which the run finds out by itself.
-                    self.lost = Document.objects.filter(pk=self.document_id).exists()
-                    return
         finally:
             connection.close()
 
@@ -163,14 +200,16 @@ def _run(
     seconds: float | None,
     stop: Callable[[], bool],
     progress: Callable[[Document], None],
+    only: Collection[str] = (),
 ) -> Document | None:
-    """Work on a leased document until it is done, its turn is over, or it cannot go on.
+    """Work on a leased document until it is done, its turn is over, or it cannot go on; with
+    `only`, while it is at one of these stages (the run keeps its lease after).
 
     Returns the document as it stands (None when it was deleted meanwhile). A transient failure
     puts it back with a backoff and raises IngestInterrupted; any other failure fails it.
     """
     deadline = None if seconds is None else time.monotonic() + seconds
-    heartbeat = _Heartbeat(document_id, owner)
+    heartbeat = _Heartbeat([document_id], owner)
     heartbeat.start()
     try:
         with steps.unflushed_commits():
@@ -179,7 +218,7 @@ def _run(
                 if heartbeat.lost:
                     raise LeaseLost
                 step = steps.next_step(document, owner)
-                if step is Step.DONE:
+                if step is Step.DONE or (only and document.stage not in only):
                     break
                 document = steps.run_step(step, document, owner, progress)
                 if stop() or (deadline is not None and time.monotonic() >= deadline):
@@ -254,31 +293,138 @@ def _interrupted(document_id: int, owner: str, err: Exception) -> None:
     raise IngestInterrupted(message, public=public) from err
 
 
-def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) -> int | None:
-    """One turn: claim the document whose turn came first and work on it for one slice.
+def _run_together(document_ids: list[int], owner: str, *, seconds: float | None, stop: Callable[[], bool]) -> None:
+    """Work on several leased documents of one workspace at once (decision 0176): each parsed
+    alone, then the small ones taken through every other step together, until they are
+    published, their turn is over, or a step fails. Whatever is left then goes on alone, where
+    each one's failures are its own: a group only saves work, it never decides an outcome."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    heartbeat = _Heartbeat(document_ids, owner)
+    heartbeat.start()
+    try:
+        together, alone = _parse_each(document_ids, owner)
+        if len(together) > 1:
+            together = _steps_together(together, owner, heartbeat, lambda: _over(deadline, stop))
+        left = [document.pk for document in together + alone]
+        while left:
+            document_id = left.pop(0)
+            if _over(deadline, stop):
+                _release(document_id, owner)
+                continue
+            try:
+                _run(
+                    document_id,
+                    owner,
+                    seconds=None if deadline is None else max(0.0, deadline - time.monotonic()),
+                    stop=stop,
+                    progress=lambda document: None,
+                )
+            except IngestInterrupted:
+                logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
+    except KeyboardInterrupt:
+        # Ctrl-C: the next runs continue where this one stopped.
+        for document_id in document_ids:
+            _release(document_id, owner)
+        raise
+    finally:
+        heartbeat.stop()
 
-    Returns the id of the document worked on (None when nothing was due). Wakes another turn
-    when work remains, once it holds its document and again when it gives it back, so a queue
-    of documents keeps every worker busy.
+
+def _over(deadline: float | None, stop: Callable[[], bool]) -> bool:
+    return stop() or (deadline is not None and time.monotonic() >= deadline)
+
+
+def _parse_each(document_ids: list[int], owner: str) -> tuple[list[Document], list[Document]]:
+    """Parse the documents that need it, each alone; (those small enough to go on together, in
+    id order, the others) among the ones this run still holds."""
+    together, alone = [], []
+    for document_id in sorted(document_ids):
+        document = steps.current(document_id)
+        if document is not None and document.stage in (Document.Stage.QUEUED, Document.Stage.PARSING):
+            try:
+                _run(
+                    document_id,
+                    owner,
+                    seconds=None,
+                    stop=_never,
+                    progress=lambda document: None,
+                    only=(Document.Stage.QUEUED, Document.Stage.PARSING),
+                )
+            except IngestInterrupted:
+                continue  # back in the queue after its backoff
+            document = steps.current(document_id)
+        if document is None or document.lease_owner != owner or document.stage == Document.Stage.DONE:
+            continue  # failed, refused, deleted or taken over
+        (together if document.token_count <= GROUP_DOCUMENT_TOKENS else alone).append(document)
+    return together, alone
+
+
+_STAGES = list(Document.Stage.values)
+
+
+def _steps_together(
+    documents: list[Document], owner: str, heartbeat: _Heartbeat, over: Callable[[], bool]
+) -> list[Document]:
+    """Take the documents through their steps together, those at the earliest stage first, until
+    all are published; the ones left to go on alone (after a failure, or when one was lost)."""
+    group = [document.pk for document in documents]
+    try:
+        with steps.unflushed_commits():
+            while waiting := [document for document in documents if document.stage != Document.Stage.DONE]:
+                if heartbeat.lost:
+                    raise LeaseLost
+                earliest = min(_STAGES.index(document.stage) for document in waiting)
+                at = [document for document in waiting if _STAGES.index(document.stage) == earliest]
+                steps.run_together(steps.next_step(at[0], owner), at, owner, group=group)
+                if over():
+                    for document in documents:
+                        if document.stage != Document.Stage.DONE:
+                            _release(document.pk, owner)
+                    return []
+            return []
+    except SoftTimeLimitExceeded as err:
+        for document in documents:
+            with contextlib.suppress(IngestInterrupted):
+                _interrupted(document.pk, owner, err)
+        return []
+    except Exception:
+        # Which of them it concerns is for each one's own run to find out.
+        logger.warning("documents %s could not go on together; each goes on alone", group, exc_info=True)
+        if not connection.in_atomic_block:
+            # A connection the failure broke is replaced rather than reused.
+            close_old_connections()
+        return documents
+
+
+def ingest_next(*, owner: str | None = None, stop: Callable[[], bool] = _never) -> int | None:
+    """One turn: claim the document whose turn came first (and, when they may run together, the
+    next new small ones of its workspace) and work on it for one slice.
+
+    Returns the id of the document worked on first (None when nothing was due). Wakes another
+    turn when work remains, once it holds its documents and again when it gives them back, so a
+    queue of documents keeps every worker busy.
     """
     owner = owner or worker_identity()
-    document_id = _claim(owner)
-    if document_id is None:
+    document_ids = _claim_group(owner)
+    if not document_ids:
         return None
     _wake_another_if_work_waits()
     try:
-        _run(
-            document_id,
-            owner,
-            seconds=settings.INGEST_SLICE_SECONDS,
-            stop=stop,
-            progress=lambda document: None,
-        )
+        if len(document_ids) > 1:
+            _run_together(document_ids, owner, seconds=settings.INGEST_SLICE_SECONDS, stop=stop)
+        else:
+            _run(
+                document_ids[0],
+                owner,
+                seconds=settings.INGEST_SLICE_SECONDS,
+                stop=stop,
+                progress=lambda document: None,
+            )
     except IngestInterrupted:
-        logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
+        logger.warning("document %s interrupted; it gets another turn after a backoff", document_ids[0])
     finally:
         _wake_another_if_work_waits()
-    return document_id
+    return document_ids[0]
 
 
 def preload_models(*, processes: int | None = None) -> None:
@@ -321,6 +467,27 @@ def document_ingest(*, document_id: int, progress: Callable[[Document], None] | 
     if _claim(owner, document_id) is None:
         return None
     return _run(document_id, owner, seconds=None, stop=_never, progress=progress or (lambda document: None))
+
+
+def documents_ingest(*, document_ids: list[int]) -> list[Document | None]:
+    """Run these documents to the end in this process, together where they may be (benchmarks
+    drive ingestion with this). Each one as it then stands (None when it was deleted); one that
+    was interrupted waits for a later turn."""
+    owner = worker_identity()
+    claimed = [row for document_id in document_ids for row in _claim_rows(owner, document_id=document_id)]
+    groupable = [pk for pk, workspace_id, may in claimed if may and workspace_id == claimed[0][1]]
+    if settings.INGEST_GROUP_DOCUMENTS < 2 or len(groupable) < 2:
+        groupable = []
+    alone = [pk for pk, _, _ in claimed if pk not in groupable]
+    if groupable:
+        _run_together(groupable, owner, seconds=None, stop=_never)
+    for document_id in alone:
+        try:
+            _run(document_id, owner, seconds=None, stop=_never, progress=lambda document: None)
+        except IngestInterrupted:
+            logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
+    found = Document.objects.defer("text").in_bulk(document_ids)
+    return [found.get(document_id) for document_id in document_ids]
 
 
 def document_retry(*, document: Document) -> bool:

@@ -10,6 +10,7 @@ import enum
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -23,7 +24,7 @@ from psycopg.errors import DeadlockDetected
 from knowledge import metrics
 from knowledge.models import Chunk, Document, Entity, EntitySource, PendingVector, Relation, RelationSource, Workspace
 from knowledge.rag import chunking, extraction, graph, language, llm, parsing
-from knowledge.rag.graph.provenance import document_known
+from knowledge.rag.graph.provenance import built_together, document_known
 from knowledge.rag.graph.staging import apply_staged, lock_staged, unstaged
 from knowledge.rag.graph.vectors import (
     copy_staged_vectors,
@@ -128,14 +129,33 @@ def run_step(step: Step, document: Document, owner: str, progress: Callable[[Doc
     with llm.models_pinned(), document_known(document.pk, document.workspace_id, document.replaces_id):
         {
             Step.PARSE: _parse,
-            Step.EMBED: _embed,
-            Step.EXTRACT: _extract,
+            Step.EMBED: lambda document, owner: _embed([document], owner),
+            Step.EXTRACT: lambda document, owner: _extract([document], owner),
             Step.BUILD: _build,
-            Step.PUBLISH: _publish,
+            Step.PUBLISH: lambda document, owner: _publish([document], owner),
         }[step](document, owner)
     events.publish_document_progress(document)
     progress(document)
     return document
+
+
+def run_together(step: Step, documents: list[Document], owner: str, *, group: list[int]) -> None:
+    """Run one step for several new documents of one workspace (a group run, decision 0176):
+    their chunks embedded in one call and extracted in one batch, their rows built once for all
+    of them and published in one transaction. `group` is every document of the run: each build
+    sees the sources of all of them, as their one publication will. Not the parse: a file's
+    failure is its own."""
+    leader = documents[0]
+    with (
+        llm.models_pinned(),
+        built_together(group),
+        document_known(leader.pk, leader.workspace_id, leader.replaces_id),
+    ):
+        {Step.EMBED: _embed, Step.EXTRACT: _extract, Step.BUILD: _build_together, Step.PUBLISH: _publish}[step](
+            documents, owner
+        )
+    for document in documents:
+        events.publish_document_progress(document)
 
 
 def announce(document_id: int) -> Document | None:
@@ -304,48 +324,61 @@ def _chunk_hash(chunk: Chunk) -> str:
     return _text_hash(chunk_embedding_text(chunk))
 
 
-def _embed(document: Document, owner: str) -> None:
+def _share(seconds: float, counts: dict[int, int], document: Document) -> float:
+    """A document's part of a step several documents ran together, by how much of it was theirs."""
+    return seconds * counts.get(document.pk, 0) / max(1, sum(counts.values()))
+
+
+def _embed(documents: list[Document], owner: str) -> None:
+    """Embed the next chunks of these documents, up to EMBED_STEP_TOKENS, in one call. A document
+    whose last chunks are among them moves on to extraction in the same transaction (one step
+    less per document); one after the chunks that did not fit waits for the next step."""
     began = time.perf_counter()
-    staged = PendingVector.objects.filter(document=document, kind=PendingVector.Kind.CHUNK).values("row_id")
+    ids = [document.pk for document in documents]
+    staged = PendingVector.objects.filter(document__in=ids, kind=PendingVector.Kind.CHUNK).values("row_id")
     missing = (
-        Chunk.objects.filter(document=document, embedding__isnull=True)
+        Chunk.objects.filter(document__in=ids, embedding__isnull=True)
         .exclude(pk__in=staged)
-        .order_by("order")
-        .only("pk", "section", "text", "token_count")
+        .order_by("document_id", "order")
+        .only("pk", "document_id", "section", "text", "token_count")
     )
-    group, size, rest = [], 0, False
+    batch, size, cut = [], 0, None
     for chunk in missing.iterator(chunk_size=64):
-        if group and size + chunk.token_count > EMBED_STEP_TOKENS:
-            rest = True
+        if batch and size + chunk.token_count > EMBED_STEP_TOKENS:
+            cut = chunk.document_id  # this document has chunks left, and those after it were not reached
             break
-        group.append(chunk)
+        batch.append(chunk)
         size += chunk.token_count
-    # The step that embeds the last chunks also moves the document on: one step less per document.
-    extracting = {
-        "stage": Stage.EXTRACTING,
-        "stage_done": document.chunks_done,
-        "stage_total": document.chunk_count,
-    }
-    if not group:
-        with transaction.atomic():
-            _checked(document, owner, **extracting)
-        return
-    texts = [chunk_embedding_text(chunk) for chunk in group]
-    vectors = llm.embed(texts, purpose="passage")
+    texts = [chunk_embedding_text(chunk) for chunk in batch]
+    vectors = llm.embed(texts, purpose="passage") if batch else []
+    seconds = time.perf_counter() - began
+    counts = Counter(chunk.document_id for chunk in batch)
     with transaction.atomic():
-        _checked(
-            document,
-            owner,
-            {"embed_chunks": time.perf_counter() - began},
-            **({"stage_done": F("stage_done") + len(group)} if rest else extracting),
-        )
-        stage_vectors(
-            document_id=document.pk,
-            kind=PendingVector.Kind.CHUNK,
-            rows=[
-                (chunk.pk, _text_hash(text), vector) for chunk, text, vector in zip(group, texts, vectors, strict=True)
-            ],
-        )
+        for document in sorted(documents, key=lambda document: document.pk):
+            if cut is not None and document.pk > cut:
+                break
+            timing = {"embed_chunks": _share(seconds, counts, document)} if counts[document.pk] else None
+            if document.pk == cut:
+                _checked(document, owner, timing, stage_done=F("stage_done") + counts[document.pk])
+            else:
+                _checked(
+                    document,
+                    owner,
+                    timing,
+                    stage=Stage.EXTRACTING,
+                    stage_done=document.chunks_done,
+                    stage_total=document.chunk_count,
+                )
+        for document_id in counts:
+            stage_vectors(
+                document_id=document_id,
+                kind=PendingVector.Kind.CHUNK,
+                rows=[
+                    (chunk.pk, _text_hash(text), vector)
+                    for chunk, text, vector in zip(batch, texts, vectors, strict=True)
+                    if chunk.document_id == document_id
+                ],
+            )
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,34 +390,53 @@ def _batch_size() -> int:
     return max(8, 2 * settings.LLM_MAX_CONCURRENCY) if llm.chat_model_configured() else 16
 
 
-def _extract(document: Document, owner: str) -> None:
+def _extract(documents: list[Document], owner: str) -> None:
+    """Extract the next batch of chunks, from the first of these documents that has some left and
+    on into the next ones while the batch has room, and merge them in one transaction. A document
+    whose last chunks are merged moves on to building in it."""
     began = time.perf_counter()
-    batch = list(
-        Chunk.objects.filter(document=document, order__gte=document.chunks_done)
-        .order_by("order")
-        .only("pk", "order", "text")[: _batch_size()]
-    )
-    if not batch:
-        with transaction.atomic():
-            _checked(document, owner, **_building(document))
-        return
-    outcome = extraction.extract_chunks(chunks=batch, workspace=document.workspace)
-    _count_usage(document, outcome.usage)
-    extracted = {chunk.pk: outcome.records[chunk.pk] for chunk in batch if chunk.pk in outcome.records}
-    # chunks_done only moves past an unbroken run of merged chunks: the next turn starts at the first gap.
-    done = next((index for index, chunk in enumerate(batch) if chunk.pk not in extracted), len(batch))
-    merging = time.perf_counter()
-    last = done == len(batch) and document.chunks_done + done >= document.chunk_count
-    with transaction.atomic():
-        graph.merge_chunks(workspace_id=document.workspace_id, records_by_chunk=extracted)
-        _checked(
-            document,
-            owner,
-            {"extract": merging - began, "merge": time.perf_counter() - merging},
-            chunks_done=F("chunks_done") + done,
-            # The batch that merges the last chunks also moves the document on to building.
-            **(_building(document) if last else {"stage_done": F("chunks_done") + done}),
+    reached, batch = [], []
+    for document in documents:
+        room = _batch_size() - len(batch)
+        if room <= 0:
+            break
+        reached.append(document)
+        batch += (
+            Chunk.objects.filter(document=document, order__gte=document.chunks_done)
+            .order_by("order")
+            .only("pk", "document_id", "order", "text")[:room]
         )
+    outcome = extraction.extract_chunks(chunks=batch, workspace=documents[0].workspace)
+    extracted = {chunk.pk: outcome.records[chunk.pk] for chunk in batch if chunk.pk in outcome.records}
+    for document in reached:
+        usage = llm.Usage()
+        for chunk in batch:
+            if chunk.document_id == document.pk and chunk.pk in outcome.usage_by_chunk:
+                usage.add(outcome.usage_by_chunk[chunk.pk])
+        _count_usage(document, usage)
+    merging = time.perf_counter()
+    counts = Counter(chunk.document_id for chunk in batch)
+    with transaction.atomic():
+        graph.merge_chunks(workspace_id=documents[0].workspace_id, records_by_chunk=extracted)
+        merged = time.perf_counter()
+        for document in reached:
+            mine = [chunk for chunk in batch if chunk.document_id == document.pk]
+            # chunks_done only moves past an unbroken run of merged chunks: the next turn starts at the first gap.
+            done = next((index for index, chunk in enumerate(mine) if chunk.pk not in extracted), len(mine))
+            last = done == len(mine) and document.chunks_done + done >= document.chunk_count
+            _checked(
+                document,
+                owner,
+                {
+                    "extract": _share(merging - began, counts, document),
+                    "merge": _share(merged - merging, counts, document),
+                }
+                if mine
+                else None,
+                chunks_done=F("chunks_done") + done,
+                # The batch that merges the last chunks also moves the document on to building.
+                **(_building(document) if last else {"stage_done": F("chunks_done") + done}),
+            )
     if outcome.errors:
         error = outcome.errors[0]
         raise llm.LLMError(
@@ -510,6 +562,37 @@ def _build(document: Document, owner: str) -> None:
         )
 
 
+def _build_together(documents: list[Document], owner: str) -> None:
+    """One build of every row these documents touched, staged under the first of them, which
+    their one publication applies. In one step: a group holds only small documents."""
+    began = time.perf_counter()
+    leader = documents[0]
+    entity_ids, relation_ids = _union(touched_rows(document) for document in documents)
+    _build_rows(leader, entity_ids, relation_ids)
+    described = time.perf_counter()
+    _stage_row_vectors(leader, entity_ids, relation_ids)
+    built = time.perf_counter()
+    share = 1 / len(documents)
+    with transaction.atomic():
+        for document in documents:
+            _checked(
+                document,
+                owner,
+                {"describe": (described - began) * share, "embed_graph": (built - described) * share},
+                stage=Stage.PUBLISHING,
+                stage_done=0,
+                stage_total=1,
+            )
+
+
+def _union(rows) -> tuple[list[int], list[int]]:
+    entities, relations = set(), set()
+    for entity_ids, relation_ids in rows:
+        entities.update(entity_ids)
+        relations.update(relation_ids)
+    return sorted(entities), sorted(relations)
+
+
 # ---------------------------------------------------------------------------------------
 # Publish
 
@@ -523,17 +606,22 @@ def _search_synonyms(entity_ids: list[int]) -> None:
         logger.warning("synonym search failed; the sweeper will retry it", exc_info=True)
 
 
-def _publish(document: Document, owner: str) -> None:
-    """One transaction makes the document visible: the values it staged for shared rows, the
-    vectors of its chunks and rows, its new rows and its status, all at once."""
+def _publish(documents: list[Document], owner: str) -> None:
+    """One transaction makes the documents visible: the values their build staged for shared
+    rows, the vectors of their chunks and rows, their new rows and their status, all at once.
+    What was staged is the first document's: for one document, the rows it touched and, for a new
+    version, those the version it retires touched; for a group, every row its documents touched."""
     began = time.perf_counter()
-    entity_ids, relation_ids = touched_rows(document)
-    # A new version also staged the values of rows only the version it retires touched.
-    staged_entities, staged_relations = rows_to_build(document, (entity_ids, relation_ids))
+    leader = documents[0]
+    touched = {document.pk: touched_rows(document) for document in documents}
+    if len(documents) == 1:
+        staged_entities, staged_relations = rows_to_build(leader, touched[leader.pk])
+    else:
+        staged_entities, staged_relations = _union(touched.values())
     # Rows whose provenance changed after the build (another document published, a deletion, a
     # curation merge that renumbered rows) are built again before the transaction, which then
     # only checks, under the locks every writer of provenance takes, that nothing moved since.
-    _restage(document, *unstaged(document_id=document.pk, entity_ids=staged_entities, relation_ids=staged_relations))
+    _restage(leader, *unstaged(document_id=leader.pk, entity_ids=staged_entities, relation_ids=staged_relations))
     for attempt in range(PUBLISH_ATTEMPTS):
         last = attempt + 1 == PUBLISH_ATTEMPTS
         try:
@@ -542,51 +630,59 @@ def _publish(document: Document, owner: str) -> None:
                 # it every step before; an operator's remote_apply stays remote_apply).
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO DEFAULT")
-                _checked(document, owner)
-                lock_staged(
-                    workspace_id=document.workspace_id, entity_ids=staged_entities, relation_ids=staged_relations
-                )
-                stale = unstaged(document_id=document.pk, entity_ids=staged_entities, relation_ids=staged_relations)
+                for document in documents:
+                    _checked(document, owner)
+                lock_staged(workspace_id=leader.workspace_id, entity_ids=staged_entities, relation_ids=staged_relations)
+                stale = unstaged(document_id=leader.pk, entity_ids=staged_entities, relation_ids=staged_relations)
                 if any(stale):
                     if not last:
                         raise _Restage(*stale)
                     # Still racing after several tries: build them while holding the locks.
-                    _restage(document, *stale)
-                apply_staged(document_id=document.pk)
-                published = publish_vectors(document_id=document.pk)
+                    _restage(leader, *stale)
+                apply_staged(document_id=leader.pk, entity_ids=staged_entities, relation_ids=staged_relations)
+                published = publish_vectors(
+                    document_id=leader.pk, entity_ids=staged_entities, relation_ids=staged_relations
+                )
+                for document in documents[1:]:
+                    published.add(publish_vectors(document_id=document.pk, entity_ids=[], relation_ids=[]))
                 graph.queue_synonym_search(
                     published.entity_ids, takeover_after=timedelta(seconds=settings.INGEST_LEASE_SECONDS)
                 )
-                now = timezone.now()
-                _checked(
-                    document,
-                    owner,
-                    {"publish": time.perf_counter() - began},
-                    status=Document.Status.PROCESSED,
-                    stage=Stage.DONE,
-                    stage_done=1,
-                    stage_total=1,
-                    processed_at=now,
-                    error="",
-                    error_detail="",
-                    attempts=0,
-                    entity_count=len(entity_ids),
-                    relation_count=len(relation_ids),
-                    lease_owner="",
-                    lease_expires_at=None,
-                )
-                Workspace.objects.filter(pk=document.workspace_id).update(
+                now, seconds = timezone.now(), (time.perf_counter() - began) / len(documents)
+                for document in documents:
+                    entity_ids, relation_ids = touched[document.pk]
+                    _checked(
+                        document,
+                        owner,
+                        {"publish": seconds},
+                        status=Document.Status.PROCESSED,
+                        stage=Stage.DONE,
+                        stage_done=1,
+                        stage_total=1,
+                        processed_at=now,
+                        error="",
+                        error_detail="",
+                        attempts=0,
+                        entity_count=len(entity_ids),
+                        relation_count=len(relation_ids),
+                        lease_owner="",
+                        lease_expires_at=None,
+                    )
+                Workspace.objects.filter(pk=leader.workspace_id).update(
                     chunk_count=F("chunk_count") + published.counts["chunk"],
                     entity_count=F("entity_count") + published.counts["entity"],
                     relation_count=F("relation_count") + published.counts["relation"],
                 )
-                versions.retire(document=document)
-            metrics.count(metrics.INGEST_TOKENS, document.token_count)
+                for document in documents:
+                    versions.retire(document=document)
+            with metrics.one_write():
+                for document in documents:
+                    metrics.count(metrics.INGEST_TOKENS, document.token_count)
             # Committed: the new entities look for their synonyms among everything published.
             _search_synonyms(published.entity_ids)
             return
         except _Restage as restage:
-            _restage(document, restage.entity_ids, restage.relation_ids)
+            _restage(leader, restage.entity_ids, restage.relation_ids)
         except OperationalError as err:
             if last or not isinstance(err.__cause__, DeadlockDetected):
                 raise

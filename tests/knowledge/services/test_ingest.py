@@ -439,7 +439,8 @@ def test_a_turn_that_claims_a_document_wakes_a_worker_for_one_still_waiting(scri
     # The turn on A hands the work on at once, not at the end of its slice or the next sweep.
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     _create(workspace, "a.txt", DOC_A)
-    _create(workspace, "b.txt", DOC_B)
+    # Of another workspace, B cannot join A's turn (runs take new documents of one workspace together).
+    _create(make_workspace(slug="elsewhere"), "b.txt", DOC_B)
     broker.delete("celery")
     queued_at_first_call = []
 
