@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection, connections
 from django.utils import timezone
 
-from knowledge.models import Chunk, Document
+from knowledge.models import Chunk, Document, Entity
 from knowledge.services import ingestion
 from tests.factories import make_workspace
 from tests.knowledge.ingest_helpers import MEETING, PARTS, graph_dump, meetings, parts, small_chunks
@@ -197,6 +197,8 @@ def test_two_worker_processes_ingest_overlapping_documents_at_once(openai_double
     env = process_env(
         INGEST_LEASE_SECONDS=60,
         INGEST_SLICE_SECONDS=1,
+        # Two runs racing, not one turn taking both documents together.
+        INGEST_GROUP_DOCUMENTS=1,
         LLM_MAX_CONCURRENCY=4,
         SUMMARY_TRIGGER=1000,
         SUMMARY_MAX_TOKENS=100000,
@@ -233,6 +235,130 @@ def test_two_worker_processes_ingest_overlapping_documents_at_once(openai_double
         )
         ingestion.document_ingest(document_id=created.pk)
     assert _unordered(graph_dump(workspace)) == _unordered(graph_dump(alone))
+
+
+class SummaryGate:
+    """Holds every summary call until opened (extraction answers at once), so a test can act
+    while a group's build provably waits on one."""
+
+    def __init__(self):
+        self.held = threading.Event()
+        self.opened = threading.Event()
+
+    def reply(self, body: dict) -> str:
+        if body["messages"][0]["content"].startswith("You merge descriptions") and not self.opened.is_set():
+            self.held.set()
+            self.opened.wait(timeout=600)
+        return meetings(body)
+
+
+def group_reference(texts: dict[str, str], slug: str) -> dict:
+    """The graph these documents give run together with nothing going wrong, in this process."""
+    reference = small_chunks(make_workspace(slug=slug))
+    documents = [
+        ingestion.document_create(workspace=reference, filename=name, data=text.encode(), enqueue=False)
+        for name, text in texts.items()
+    ]
+    done = ingestion.documents_ingest(document_ids=[document.pk for document in documents])
+    assert {document.status for document in done} == {"processed"}
+    return graph_dump(reference)
+
+
+GROUP = {f"{prefix}.txt": parts(prefix, count=5) for prefix in "ABC"}
+
+
+def test_a_worker_killed_while_its_group_builds_is_taken_over_and_gives_the_groups_graph(
+    openai_double, queue, settings
+):
+    # Shared Person, in every document, is summarized by the group's build.
+    settings.SUMMARY_TRIGGER, settings.SUMMARY_MIN_TOKENS = 2, 0
+    gate = SummaryGate()
+    openai_double.reply(gate.reply)
+    workspace = small_chunks(make_workspace(slug="group-build"))
+    env = process_env(INGEST_LEASE_SECONDS=600, INGEST_SLICE_SECONDS=600, SUMMARY_TRIGGER=2, SUMMARY_MIN_TOKENS=0)
+    with celery_worker("doomed", env) as doomed:
+        wait_for(lambda: worker_ready(doomed), timeout=120, what="the first worker starting")
+        documents = [
+            ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+            for name, text in GROUP.items()
+        ]
+        ingestion.wake_workers()  # as one upload of three files does, once all are stored
+        wait_for(gate.held.is_set, timeout=120, what="the group's build asking for a summary")
+        held = list(Document.objects.filter(pk__in=[d.pk for d in documents]).order_by("pk"))
+        doomed_pid = owner_pid(held[0])
+        doomed.kill()
+    gate.opened.set()
+
+    assert [document.stage for document in held] == ["building"] * 3  # killed mid-build, all three
+    assert {owner_pid(document) for document in held} == {doomed_pid}  # one run held them
+    assert not Entity.objects.filter(workspace=workspace, published=True).exists()
+    with celery_worker("restarted", env) as restarted:
+        wait_for(
+            lambda: set(Document.objects.filter(workspace=workspace).values_list("status", flat=True)) == {"processed"},
+            timeout=300,
+            what="the documents finishing",
+        )
+    assert "took over 3 document(s) whose run died on this host" in restarted.log()
+    # After, not before: the model's answers are cached, and the summary must be asked for here.
+    assert graph_dump(workspace) == group_reference(GROUP, "reference-group-build")
+
+
+def test_a_worker_killed_inside_its_groups_publishing_transaction_publishes_nothing_of_it(openai_double, queue):
+    openai_double.reply(meetings)
+    reference = group_reference(GROUP, "reference-group-publish")
+    workspace = small_chunks(make_workspace(slug="group-publish"))
+    documents = [
+        ingestion.document_create(workspace=workspace, filename=name, data=text.encode(), enqueue=False)
+        for name, text in GROUP.items()
+    ]
+    env = process_env(INGEST_LEASE_SECONDS=600, INGEST_SLICE_SECONDS=600)
+    # The publishing transaction ends by counting what it published on the workspace's row:
+    # holding that row (not its key, which inserts referencing it share) stops it right there.
+    holder = connections.create_connection("default")
+    holder.set_autocommit(False)
+    with holder.cursor() as cursor:
+        cursor.execute("SELECT id FROM knowledge_workspace WHERE id = %s FOR NO KEY UPDATE", [workspace.pk])
+
+    def waiting_publisher():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'UPDATE \"knowledge_workspace\"%%'"
+            )
+            row = cursor.fetchone()
+        return row and row[0]
+
+    try:
+        with celery_worker("doomed", env) as doomed:
+            wait_for(lambda: worker_ready(doomed), timeout=120, what="the first worker starting")
+            ingestion.wake_workers()
+            backend = wait_for(waiting_publisher, timeout=180, what="the group's publication waiting for the row")
+            held = list(Document.objects.filter(pk__in=[d.pk for d in documents]).order_by("pk"))
+            doomed_pid = owner_pid(held[0])
+            doomed.kill()
+    finally:
+        holder.rollback()
+        holder.close()
+
+    def backend_gone():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [backend])
+            return cursor.fetchone()[0] == 0
+
+    wait_for(backend_gone, timeout=60, what="Postgres ending the dead worker's transaction")
+    assert [document.stage for document in held] == ["publishing"] * 3
+    assert {owner_pid(document) for document in held} == {doomed_pid}
+    # Rolled back whole: no document processed, no row of theirs served, no vector published.
+    assert not Document.objects.filter(workspace=workspace, status="processed").exists()
+    assert not Entity.objects.filter(workspace=workspace, published=True).exists()
+    assert not Chunk.objects.filter(workspace=workspace, embedding__isnull=False).exists()
+    with celery_worker("restarted", env):
+        wait_for(
+            lambda: set(Document.objects.filter(workspace=workspace).values_list("status", flat=True)) == {"processed"},
+            timeout=300,
+            what="the documents finishing",
+        )
+    assert graph_dump(workspace) == reference
 
 
 def forget_broken_connections() -> None:
