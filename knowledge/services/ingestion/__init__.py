@@ -13,6 +13,8 @@ How a document is ingested (knowledge/services/ingestion/runs.py and steps.py):
   the claimable document whose turn came first goes next, so a small document is never stuck
   behind a large one. Every step is checkpointed (chunks, vectors waiting to be published,
   extraction records, merged batches), so the next turn continues where this one stopped.
+- A turn takes the next new small documents of its first one's workspace with it: each parsed
+  alone, then embedded, extracted, built and published together; whatever fails goes on alone.
 - Nothing is half-visible: the graph rows a document creates are unpublished until the document
   is, and one transaction publishes the chunks' vectors, its new rows and their vectors.
 - A failed document leaves no trace in the graph: its provenance goes, rows only it supported

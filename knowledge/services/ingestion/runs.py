@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import timedelta
 
 import psutil
@@ -96,9 +96,14 @@ RETURNING document.id, picked.taken_over, document.workspace_id, {groupable}
 """
 # Who may run with others (decision 0176): a new document, not a version (its build leaves out
 # the version it retires, which the others' would not); one whose runs have not failed (its
-# failures stay its own); one that fits in an embedding step (0 tokens: not parsed yet).
-_GROUPABLE = "replaces_id IS NULL AND attempts = 0 AND token_count <= %(tokens)s"
+# failures stay its own); a small one, whose chunks fit in one embedding step and in the smallest
+# extraction batch (0: not parsed yet), so that a group holds none of its documents back for long.
+_GROUPABLE = "replaces_id IS NULL AND attempts = 0 AND token_count <= %(tokens)s AND chunk_count <= %(chunks)s"
 GROUP_DOCUMENT_TOKENS = steps.EMBED_STEP_TOKENS
+
+
+def _small(document: Document) -> bool:
+    return document.token_count <= GROUP_DOCUMENT_TOKENS and document.chunk_count <= steps.EXTRACT_STEP_CHUNKS
 
 
 def _claim_rows(
@@ -114,6 +119,7 @@ def _claim_rows(
         "id": document_id,
         "workspace": workspace_id,
         "tokens": GROUP_DOCUMENT_TOKENS,
+        "chunks": steps.EXTRACT_STEP_CHUNKS,
         "limit": limit,
     }
     with transaction.atomic(), connection.cursor() as cursor:
@@ -200,10 +206,8 @@ def _run(
     seconds: float | None,
     stop: Callable[[], bool],
     progress: Callable[[Document], None],
-    only: Collection[str] = (),
 ) -> Document | None:
-    """Work on a leased document until it is done, its turn is over, or it cannot go on; with
-    `only`, while it is at one of these stages (the run keeps its lease after).
+    """Work on a leased document until it is done, its turn is over, or it cannot go on.
 
     Returns the document as it stands (None when it was deleted meanwhile). A transient failure
     puts it back with a backoff and raises IngestInterrupted; any other failure fails it.
@@ -218,39 +222,44 @@ def _run(
                 if heartbeat.lost:
                     raise LeaseLost
                 step = steps.next_step(document, owner)
-                if step is Step.DONE or (only and document.stage not in only):
+                if step is Step.DONE:
                     break
                 document = steps.run_step(step, document, owner, progress)
                 if stop() or (deadline is not None and time.monotonic() >= deadline):
                     _release(document_id, owner)
                     break
-    except (DocumentGone, LeaseLost):
-        return Document.objects.filter(pk=document_id).first()
     except KeyboardInterrupt:
         # Ctrl-C on the `ingest` command: the next run continues where this one stopped.
         _release(document_id, owner)
         raise
-    except (llm.LLMError, OperationalError, InterfaceError, SoftTimeLimitExceeded) as err:
+    except Exception as err:
+        return _stopped(document_id, owner, err)
+    finally:
+        heartbeat.stop()
+    return Document.objects.filter(pk=document_id).first()
+
+
+def _stopped(document_id: int, owner: str, err: Exception) -> Document | None:
+    """What a run that stopped on `err` leaves of its document, as it then stands (None when it
+    was deleted): taken over or deleted, nothing more; a transient failure puts it back with a
+    backoff and raises IngestInterrupted; any other failure fails it."""
+    if isinstance(err, (DocumentGone, LeaseLost)):
+        return Document.objects.filter(pk=document_id).first()
+    if isinstance(err, (llm.LLMError, OperationalError, InterfaceError, SoftTimeLimitExceeded)):
         if isinstance(err, llm.LLMError) and not err.transient:
             logger.warning("ingestion of document %s failed: %s", document_id, err)
             return cleanup.document_fail(document_id=document_id, error=err.public, detail=str(err))
         _interrupted(document_id, owner, err)
-    except parsing.ParseError as err:
+    if isinstance(err, (parsing.ParseError, steps.DocumentRefused)):
         return cleanup.document_fail(document_id=document_id, error=str(err))
-    except steps.DocumentRefused as err:
-        return cleanup.document_fail(document_id=document_id, error=str(err))
-    except Exception as err:
-        if not Document.objects.filter(pk=document_id).exists():
-            return None
-        logger.exception("ingestion of document %s failed", document_id)
-        return cleanup.document_fail(
-            document_id=document_id,
-            error="Ingestion failed unexpectedly; the error was logged. Retry it; if it fails again, tell an owner.",
-            detail=llm.redact(f"{err.__class__.__name__}: {err}"),
-        )
-    finally:
-        heartbeat.stop()
-    return Document.objects.filter(pk=document_id).first()
+    if not Document.objects.filter(pk=document_id).exists():
+        return None
+    logger.error("ingestion of document %s failed", document_id, exc_info=err)
+    return cleanup.document_fail(
+        document_id=document_id,
+        error="Ingestion failed unexpectedly; the error was logged. Retry it; if it fails again, tell an owner.",
+        detail=llm.redact(f"{err.__class__.__name__}: {err}"),
+    )
 
 
 def _describe_interruption(err: Exception) -> tuple[str, str]:
@@ -302,25 +311,24 @@ def _run_together(document_ids: list[int], owner: str, *, seconds: float | None,
     heartbeat = _Heartbeat(document_ids, owner)
     heartbeat.start()
     try:
-        together, alone = _parse_each(document_ids, owner)
-        if len(together) > 1:
-            together = _steps_together(together, owner, heartbeat, lambda: _over(deadline, stop))
-        left = [document.pk for document in together + alone]
-        while left:
-            document_id = left.pop(0)
+        with steps.unflushed_commits():
+            together, alone = _parse_each(document_ids, owner)
+            if len(together) > 1:
+                together = _steps_together(together, owner, heartbeat, lambda: _over(deadline, stop))
+        for document in together + alone:
             if _over(deadline, stop):
-                _release(document_id, owner)
+                _release(document.pk, owner)
                 continue
             try:
                 _run(
-                    document_id,
+                    document.pk,
                     owner,
                     seconds=None if deadline is None else max(0.0, deadline - time.monotonic()),
                     stop=stop,
                     progress=lambda document: None,
                 )
             except IngestInterrupted:
-                logger.warning("document %s interrupted; it gets another turn after a backoff", document_id)
+                logger.warning("document %s interrupted; it gets another turn after a backoff", document.pk)
     except KeyboardInterrupt:
         # Ctrl-C: the next runs continue where this one stopped.
         for document_id in document_ids:
@@ -335,27 +343,21 @@ def _over(deadline: float | None, stop: Callable[[], bool]) -> bool:
 
 
 def _parse_each(document_ids: list[int], owner: str) -> tuple[list[Document], list[Document]]:
-    """Parse the documents that need it, each alone; (those small enough to go on together, in
-    id order, the others) among the ones this run still holds."""
+    """Parse the documents that need it, each alone (a file that cannot be read fails alone);
+    (those small enough to go on together, in id order, the others) among the ones still held."""
     together, alone = [], []
     for document_id in sorted(document_ids):
         document = steps.current(document_id)
-        if document is not None and document.stage in (Document.Stage.QUEUED, Document.Stage.PARSING):
-            try:
-                _run(
-                    document_id,
-                    owner,
-                    seconds=None,
-                    stop=_never,
-                    progress=lambda document: None,
-                    only=(Document.Stage.QUEUED, Document.Stage.PARSING),
-                )
-            except IngestInterrupted:
-                continue  # back in the queue after its backoff
-            document = steps.current(document_id)
+        try:
+            while document is not None and document.stage in (Document.Stage.QUEUED, Document.Stage.PARSING):
+                document = steps.run_step(steps.next_step(document, owner), document, owner, lambda document: None)
+        except Exception as err:
+            with contextlib.suppress(IngestInterrupted):  # back in the queue after its backoff
+                _stopped(document_id, owner, err)
+            continue
         if document is None or document.lease_owner != owner or document.stage == Document.Stage.DONE:
-            continue  # failed, refused, deleted or taken over
-        (together if document.token_count <= GROUP_DOCUMENT_TOKENS else alone).append(document)
+            continue  # deleted or taken over
+        (together if _small(document) else alone).append(document)
     return together, alone
 
 
@@ -369,21 +371,20 @@ def _steps_together(
     all are published; the ones left to go on alone (after a failure, or when one was lost)."""
     group = [document.pk for document in documents]
     try:
-        with steps.unflushed_commits():
-            while waiting := [document for document in documents if document.stage != Document.Stage.DONE]:
-                if heartbeat.lost:
-                    raise LeaseLost
-                earliest = min(_STAGES.index(document.stage) for document in waiting)
-                at = [document for document in waiting if _STAGES.index(document.stage) == earliest]
-                steps.run_together(steps.next_step(at[0], owner), at, owner, group=group)
-                if over():
-                    for document in documents:
-                        if document.stage != Document.Stage.DONE:
-                            _release(document.pk, owner)
-                    return []
-            return []
+        while waiting := [document for document in documents if document.stage != Document.Stage.DONE]:
+            if heartbeat.lost:
+                raise LeaseLost
+            earliest = min(_STAGES.index(document.stage) for document in waiting)
+            at = [document for document in waiting if _STAGES.index(document.stage) == earliest]
+            steps.run_together(steps.next_step(at[0], owner), at, owner, group=group)
+            if over():
+                for document in documents:
+                    if document.stage != Document.Stage.DONE:
+                        _release(document.pk, owner)
+                return []
+        return []
     except SoftTimeLimitExceeded as err:
-        for document in documents:
+        for document in waiting:
             with contextlib.suppress(IngestInterrupted):
                 _interrupted(document.pk, owner, err)
         return []

@@ -385,9 +385,13 @@ def _embed(documents: list[Document], owner: str) -> None:
 # Extract and merge
 
 
+# The fewest chunks an extraction step takes, whatever the engine.
+EXTRACT_STEP_CHUNKS = 8
+
+
 def _batch_size() -> int:
     # Enough chunks to keep every model slot busy; progress is published after each batch.
-    return max(8, 2 * settings.LLM_MAX_CONCURRENCY) if llm.chat_model_configured() else 16
+    return max(EXTRACT_STEP_CHUNKS, 2 * settings.LLM_MAX_CONCURRENCY) if llm.chat_model_configured() else 16
 
 
 def _extract(documents: list[Document], owner: str) -> None:
@@ -395,9 +399,9 @@ def _extract(documents: list[Document], owner: str) -> None:
     on into the next ones while the batch has room, and merge them in one transaction. A document
     whose last chunks are merged moves on to building in it."""
     began = time.perf_counter()
-    reached, batch = [], []
+    reached, batch, size = [], [], _batch_size()
     for document in documents:
-        room = _batch_size() - len(batch)
+        room = size - len(batch)
         if room <= 0:
             break
         reached.append(document)

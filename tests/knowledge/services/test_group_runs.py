@@ -154,6 +154,9 @@ def test_a_turn_takes_the_new_small_documents_of_the_first_ones_workspace(worksp
     Document.objects.filter(pk=failed_before.pk).update(attempts=1)
     large = _create(workspace, "e.txt", "Large.")
     Document.objects.filter(pk=large.pk).update(token_count=runs.GROUP_DOCUMENT_TOKENS + 1)
+    # Short but in many chunks: a group would hold a small document back until they are extracted.
+    long = _create(workspace, "long.txt", "Long.")
+    Document.objects.filter(pk=long.pk).update(chunk_count=steps.EXTRACT_STEP_CHUNKS + 1)
     second = _create(workspace, "f.txt", "Second.")
     third = _create(workspace, "g.txt", "Third.")
     fourth = _create(workspace, "h.txt", "Fourth.")
@@ -163,6 +166,7 @@ def test_a_turn_takes_the_new_small_documents_of_the_first_ones_workspace(worksp
     assert runs._claim_group("here:1:1") == [version.pk]  # a version runs alone
     assert runs._claim_group("here:1:1") == [failed_before.pk]
     assert runs._claim_group("here:1:1") == [large.pk]
+    assert runs._claim_group("here:1:1") == [long.pk]
     assert runs._claim_group("here:1:1") == [fourth.pk]
     assert runs._claim_group("here:1:1") == []
 
