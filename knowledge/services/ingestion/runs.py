@@ -471,16 +471,15 @@ def document_ingest(*, document_id: int, progress: Callable[[Document], None] | 
 
 
 def documents_ingest(*, document_ids: list[int]) -> list[Document | None]:
-    """Run these documents to the end in this process, together where they may be (benchmarks
-    drive ingestion with this). Each one as it then stands (None when it was deleted); one that
-    was interrupted waits for a later turn."""
+    """Run these documents (at most INGEST_GROUP_DOCUMENTS) to the end in this process, together
+    where they may be, as a turn would (benchmarks drive ingestion with this). Each one as it then
+    stands (None when it was deleted); one that was interrupted waits for a later turn."""
     owner = worker_identity()
     claimed = [row for document_id in document_ids for row in _claim_rows(owner, document_id=document_id)]
     groupable = [pk for pk, workspace_id, may in claimed if may and workspace_id == claimed[0][1]]
-    if settings.INGEST_GROUP_DOCUMENTS < 2 or len(groupable) < 2:
-        groupable = []
-    alone = [pk for pk, _, _ in claimed if pk not in groupable]
-    if groupable:
+    groupable = groupable[: settings.INGEST_GROUP_DOCUMENTS]
+    alone = [pk for pk, _, _ in claimed if pk not in groupable or len(groupable) < 2]
+    if len(groupable) > 1:
         _run_together(groupable, owner, seconds=None, stop=_never)
     for document_id in alone:
         try:
