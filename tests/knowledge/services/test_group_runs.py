@@ -19,7 +19,7 @@ from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db
 
-# Three documents sharing Acme Corp and Alice Smith (tests/knowledge/ingest_helpers.py FACTS).
+# Sentences the scripted model knows (FACTS in tests/knowledge/ingest_helpers.py), all about Acme Corp.
 FOUNDING = "Alice Smith founded Acme Corp."
 BERLIN = "Acme Corp is based in Berlin."
 
